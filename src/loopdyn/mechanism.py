@@ -1,0 +1,372 @@
+"""The mechanism model: bodies, joints, the spanning tree and the cut joints.
+
+A mechanism is built once with `MechanismBuilder` and becomes a `Mechanism`, an equinox Module
+whose static fields are the topology (hashable, fixed at build time, so `jit` specialises on them)
+and whose array fields are the physical parameters (pytree leaves, so `jax.grad` reaches them).
+
+Frames. Every body has its own frame, in which its centre of mass and inertia are given. A joint
+has one frame on each of the two bodies it connects: ``position``/``rotation`` on the parent body
+and ``child_position``/``child_rotation`` on the child body. The two frames coincide at ``q = 0``;
+a revolute joint then turns the child frame about ``axis`` (given in the joint frame), a prismatic
+joint slides it along ``axis``.
+
+Spanning tree (the documented rule). A body's tree joint is the first joint declared with that body
+as child and not marked ``cut=True``; every other joint (a second joint into the same body, a joint
+into the ground, or one marked ``cut=True``) is a cut joint that closes a loop (seed 000 §2).
+Bodies are numbered in depth-first order from the ground, children in declaration order, so each
+subsystem (a branch of the spanning tree starting at the ground) is a contiguous range.
+
+Spherical and universal tree joints are chains of revolutes through massless bodies named
+``joint[k]``, as in the seeds; their coordinates are ``joint[0]``, ``joint[1]``, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+GROUND = "ground"
+TREE_KINDS = ("revolute", "prismatic")
+CUT_KINDS = ("revolute", "prismatic", "spherical", "universal", "weld")
+CHAIN_AXES = {"spherical": np.eye(3), "universal": np.eye(3)[:2]}
+
+
+@dataclasses.dataclass(frozen=True)
+class CutJoint:
+    """Static description of a loop-closing joint between bodies ``body_a`` and ``body_b``
+    (indices into ``Mechanism.body_names``, -1 for the ground)."""
+
+    name: str
+    kind: str
+    body_a: int
+    body_b: int
+
+
+class Mechanism(eqx.Module):
+    """A multibody mechanism: static topology plus array parameters (see module docstring).
+
+    Arrays are indexed by body ``i`` (tree order); body ``i`` is moved by coordinate ``q[i]``
+    through its tree joint from ``parent[i]`` (-1: ground). Cut-joint arrays are indexed like
+    ``cut_joints``.
+    """
+
+    mass: Float[Array, " n"]
+    com: Float[Array, "n 3"]
+    inertia: Float[Array, "n 3 3"]
+    axis: Float[Array, "n 3"]
+    parent_rotation: Float[Array, "n 3 3"]
+    parent_position: Float[Array, "n 3"]
+    child_rotation: Float[Array, "n 3 3"]
+    child_position: Float[Array, "n 3"]
+    gravity: Float[Array, " 3"]
+    cut_axis: Float[Array, "m 3"]
+    cut_rotation_a: Float[Array, "m 3 3"]
+    cut_position_a: Float[Array, "m 3"]
+    cut_rotation_b: Float[Array, "m 3 3"]
+    cut_position_b: Float[Array, "m 3"]
+
+    planar: bool = eqx.field(static=True)
+    body_names: tuple[str, ...] = eqx.field(static=True)
+    parent: tuple[int, ...] = eqx.field(static=True)
+    joint_kinds: tuple[str, ...] = eqx.field(static=True)
+    coordinate_names: tuple[str, ...] = eqx.field(static=True)
+    joint_names: tuple[str, ...] = eqx.field(static=True)
+    actuator_names: tuple[str, ...] = eqx.field(static=True)
+    cut_joints: tuple[CutJoint, ...] = eqx.field(static=True)
+
+    @property
+    def num_bodies(self) -> int:
+        return len(self.body_names)
+
+    @property
+    def dim(self) -> int:
+        """Size of a twist or wrench: 3 for planar mechanisms, 6 for spatial ones."""
+        return 3 if self.planar else 6
+
+    @property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(k for k, p in enumerate(self.parent) if p == i)
+                     for i in range(self.num_bodies))
+
+    @property
+    def actuated(self) -> tuple[int, ...]:
+        """Indices into q of the actuated coordinates."""
+        return tuple(self.coordinate_names.index(a) for a in self.actuator_names)
+
+    def body_index(self, name: str) -> int:
+        if name not in self.body_names:
+            raise ValueError(f"unknown body {name!r}; bodies are {list(self.body_names)}")
+        return self.body_names.index(name)
+
+
+@dataclasses.dataclass
+class _Body:
+    name: str
+    mass: float
+    com: np.ndarray
+    inertia: np.ndarray
+    internal: bool = False
+
+
+@dataclasses.dataclass
+class _Joint:
+    name: str
+    kind: str
+    parent: str
+    child: str
+    axis: np.ndarray
+    position: np.ndarray
+    rotation: np.ndarray
+    child_position: np.ndarray
+    child_rotation: np.ndarray
+    cut: bool
+    actuated: bool
+    coordinate: str
+
+
+def _vector(value, size, what):
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.shape != (size,):
+        raise ValueError(f"{what}: expected shape ({size},), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} contains NaN or inf: {arr.tolist()}")
+    return arr
+
+
+def _rotation(value, what):
+    """A 3x3 rotation, or for convenience an angle in radians about z."""
+    if value is None:
+        return np.eye(3)
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.shape == ():
+        c, s = math.cos(float(arr)), math.sin(float(arr))
+        arr = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    if arr.shape != (3, 3):
+        raise ValueError(f"{what}: expected an angle or a 3x3 rotation matrix, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} contains NaN or inf")
+    if not np.allclose(arr.T @ arr, np.eye(3), atol=1e-9) or np.linalg.det(arr) < 0:
+        raise ValueError(f"{what} is not a proper rotation matrix (R^T R != I or det R < 0)")
+    return arr
+
+
+def _inertia(value, planar, what):
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.shape == ():
+        if not planar:
+            raise ValueError(f"{what}: a scalar inertia is only meaningful for a planar mechanism")
+        # Planar link as a thin lamina in the xy-plane: Ixx + Iyy = Izz.
+        arr = np.diag([arr / 2, arr / 2, arr])
+    elif arr.shape == (3,):
+        arr = np.diag(arr)
+    if arr.shape != (3, 3):
+        raise ValueError(f"{what}: expected a scalar, 3 principal moments or a 3x3 matrix, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} contains NaN or inf")
+    if not np.allclose(arr, arr.T, rtol=1e-9, atol=1e-12):
+        raise ValueError(f"{what} is not symmetric: {arr.tolist()}")
+    moments = np.linalg.eigvalsh(arr)
+    if moments[0] <= 0:
+        raise ValueError(f"{what} is not positive-definite (principal moments {moments.tolist()})")
+    tol = 1e-9 * moments[-1]
+    if moments[0] + moments[1] < moments[2] - tol:
+        raise ValueError(
+            f"{what} violates the triangle inequality I1 + I2 >= I3 of principal moments "
+            f"{moments.tolist()}: no physical body has it"
+        )
+    return arr
+
+
+class MechanismBuilder:
+    """Readable construction of a `Mechanism`.
+
+    >>> b = MechanismBuilder(planar=True)
+    >>> b.add_body("crank", mass=1.0, com=(0.05, 0, 0), inertia=1e-3)
+    >>> b.add_joint("A", "revolute", "ground", "crank", actuated=True)
+    >>> mech = b.build()
+    """
+
+    def __init__(self, planar: bool = False, gravity=None):
+        self.planar = planar
+        if gravity is None:
+            gravity = (0.0, -9.81, 0.0) if planar else (0.0, 0.0, -9.81)
+        self.gravity = _vector(gravity, 3, "gravity")
+        if planar and self.gravity[2] != 0.0:
+            raise ValueError(f"gravity {self.gravity.tolist()} leaves the plane of a planar mechanism")
+        self._bodies: dict[str, _Body] = {}
+        self._joints: list[_Joint] = []
+
+    def add_body(self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None) -> MechanismBuilder:
+        """Add a body with ``mass``, centre of mass ``com`` (body frame) and ``inertia`` about the
+        centre of mass: a 3x3 matrix, 3 principal moments, or for planar mechanisms a scalar Izz."""
+        if name == GROUND or name in self._bodies:
+            raise ValueError(f"body name {name!r} is already used")
+        if not np.isfinite(mass) or mass <= 0:
+            raise ValueError(f"body {name!r}: mass must be positive and finite, got {mass}")
+        if inertia is None:
+            raise ValueError(f"body {name!r}: inertia is required")
+        self._bodies[name] = _Body(
+            name, float(mass), _vector(com, 3, f"body {name!r}: com"),
+            _inertia(inertia, self.planar, f"body {name!r}: inertia"),
+        )
+        return self
+
+    def add_joint(self, name: str, kind: str, parent: str, child: str, axis=None,
+                  position=(0.0, 0.0, 0.0), rotation=None, child_position=(0.0, 0.0, 0.0),
+                  child_rotation=None, cut: bool = False, actuated: bool = False) -> MechanismBuilder:
+        """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames)."""
+        if any(j.name == name or j.coordinate == name for j in self._joints):
+            raise ValueError(f"joint name {name!r} is already used")
+        kinds = TREE_KINDS + CUT_KINDS
+        if kind not in kinds:
+            raise ValueError(f"joint {name!r}: unknown kind {kind!r}; expected one of {sorted(set(kinds))}")
+        for role, body in (("parent", parent), ("child", child)):
+            if body != GROUND and body not in self._bodies:
+                raise ValueError(
+                    f"joint {name!r}: unknown {role} body {body!r}; add it first "
+                    f"(known: {[GROUND, *self._bodies]})"
+                )
+        if parent == child:
+            raise ValueError(f"joint {name!r} connects body {parent!r} to itself: a loop needs two bodies")
+        if axis is None:
+            axis = (1.0, 0.0, 0.0) if kind == "prismatic" else (0.0, 0.0, 1.0)
+        axis = np.asarray(axis, dtype=np.float64)
+        if axis.shape != (3,) or not np.all(np.isfinite(axis)) or np.linalg.norm(axis) < 1e-12:
+            raise ValueError(f"joint {name!r}: axis must be a finite non-zero 3-vector, got {axis.tolist()}")
+        axis = axis / np.linalg.norm(axis)
+        common = dict(
+            parent=parent, child=child, axis=axis,
+            position=_vector(position, 3, f"joint {name!r}: position"),
+            rotation=_rotation(rotation, f"joint {name!r}: rotation"),
+            child_position=_vector(child_position, 3, f"joint {name!r}: child_position"),
+            child_rotation=_rotation(child_rotation, f"joint {name!r}: child_rotation"),
+            cut=bool(cut) or child == GROUND or self._has_tree_joint(child),
+        )
+        if actuated and (common["cut"] or kind not in TREE_KINDS):
+            raise ValueError(f"joint {name!r}: only revolute or prismatic tree joints can be actuated")
+        if kind in CHAIN_AXES and not common["cut"]:
+            self._add_chain(name, kind, common)
+        elif kind not in TREE_KINDS and not common["cut"]:
+            raise ValueError(f"joint {name!r}: a {kind} joint can only be a cut joint (cut=True)")
+        else:
+            self._joints.append(_Joint(name=name, kind=kind, actuated=actuated, coordinate=name, **common))
+        return self
+
+    def _has_tree_joint(self, body):
+        return any(j.child == body and not j.cut for j in self._joints)
+
+    def _add_chain(self, name, kind, common):
+        """A multi-DOF tree joint as revolutes about the joint frame's axes through massless bodies
+        whose frames are the joint frame."""
+        axes = CHAIN_AXES[kind]
+        links = [common["parent"]] + [f"{name}[{k}]" for k in range(1, len(axes))] + [common["child"]]
+        for body in links[1:-1]:
+            self._bodies[body] = _Body(body, 0.0, np.zeros(3), np.zeros((3, 3)), internal=True)
+        for k, axis in enumerate(axes):
+            first, last = k == 0, k == len(axes) - 1
+            self._joints.append(_Joint(
+                name=name, kind="revolute", parent=links[k], child=links[k + 1], axis=axis,
+                position=common["position"] if first else np.zeros(3),
+                rotation=common["rotation"] if first else np.eye(3),
+                child_position=common["child_position"] if last else np.zeros(3),
+                child_rotation=common["child_rotation"] if last else np.eye(3),
+                cut=False, actuated=False, coordinate=f"{name}[{k}]",
+            ))
+
+    def build(self) -> Mechanism:
+        """Check the model and freeze it into a `Mechanism`."""
+        if not self._bodies:
+            raise ValueError("the mechanism has no bodies")
+        tree = {j.child: j for j in self._joints if not j.cut}
+        for name in self._bodies:
+            if name not in tree:
+                raise ValueError(f"body {name!r} is disconnected: no joint has it as its child")
+        for name in self._bodies:  # every chain of tree joints must end at the ground
+            seen, body = [], name
+            while body != GROUND:
+                if body in seen:
+                    cycle = [tree[b] for b in seen[seen.index(body):]]
+                    last = max(cycle, key=self._joints.index)
+                    raise ValueError(
+                        f"joint {last.name!r} would make the tree part cyclic "
+                        f"({' -> '.join(seen[seen.index(body):] + [body])}) with no path to the ground; "
+                        "declare one joint of the loop with cut=True and connect the loop to the ground"
+                    )
+                seen.append(body)
+                body = tree[body].parent
+        order = []
+
+        def visit(body):
+            for j in self._joints:
+                if not j.cut and j.parent == body:
+                    order.append(j.child)
+                    visit(j.child)
+
+        visit(GROUND)
+        index = {name: k for k, name in enumerate(order)}
+        index[GROUND] = -1
+        joints = [tree[b] for b in order]
+        bodies = [self._bodies[b] for b in order]
+        cuts = [j for j in self._joints if j.cut]
+        if self.planar:
+            self._check_planar(joints + cuts)
+
+        def stack(values, shape):
+            return jnp.asarray(np.array(values, dtype=np.float64).reshape((-1, *shape)))
+
+        def joint_names():
+            names = []
+            for j in self._joints:
+                if j.name not in names:
+                    names.append(j.name)
+            return tuple(names)
+
+        return Mechanism(
+            mass=stack([b.mass for b in bodies], ()),
+            com=stack([b.com for b in bodies], (3,)),
+            inertia=stack([b.inertia for b in bodies], (3, 3)),
+            axis=stack([j.axis for j in joints], (3,)),
+            parent_rotation=stack([j.rotation for j in joints], (3, 3)),
+            parent_position=stack([j.position for j in joints], (3,)),
+            child_rotation=stack([j.child_rotation for j in joints], (3, 3)),
+            child_position=stack([j.child_position for j in joints], (3,)),
+            gravity=jnp.asarray(self.gravity),
+            cut_axis=stack([j.axis for j in cuts], (3,)),
+            cut_rotation_a=stack([j.rotation for j in cuts], (3, 3)),
+            cut_position_a=stack([j.position for j in cuts], (3,)),
+            cut_rotation_b=stack([j.child_rotation for j in cuts], (3, 3)),
+            cut_position_b=stack([j.child_position for j in cuts], (3,)),
+            planar=self.planar,
+            body_names=tuple(order),
+            parent=tuple(index[j.parent] for j in joints),
+            joint_kinds=tuple(j.kind for j in joints),
+            coordinate_names=tuple(j.coordinate for j in joints),
+            joint_names=joint_names(),
+            actuator_names=tuple(j.coordinate for j in self._joints if j.actuated),
+            cut_joints=tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts),
+        )
+
+    @staticmethod
+    def _check_planar(joints):
+        """Planar mechanisms: joint frames turn about z only, revolute axes are +-z, prismatic axes
+        lie in the plane."""
+        z = np.array([0.0, 0.0, 1.0])
+        for j in joints:
+            for what, r in (("rotation", j.rotation), ("child_rotation", j.child_rotation)):
+                if not np.allclose(r @ z, z, atol=1e-12):
+                    raise ValueError(f"joint {j.name!r}: {what} turns out of the plane of a planar mechanism")
+            along_z = abs(abs(j.axis @ z) - 1.0) < 1e-12
+            in_plane = abs(j.axis @ z) < 1e-12
+            ok = in_plane if j.kind == "prismatic" else along_z or j.kind in ("weld", "spherical")
+            if not ok:
+                raise ValueError(
+                    f"joint {j.name!r}: axis {j.axis.tolist()} does not fit a planar mechanism "
+                    "(revolute axes along z, prismatic axes in the xy-plane)"
+                )
+            if j.kind == "universal":
+                raise ValueError(f"joint {j.name!r}: a universal joint does not fit a planar mechanism")
