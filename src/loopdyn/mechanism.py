@@ -52,7 +52,8 @@ class Mechanism(eqx.Module):
 
     Arrays are indexed by body ``i`` (tree order); body ``i`` is moved by coordinate ``q[i]``
     through its tree joint from ``parent[i]`` (-1: ground). Cut-joint arrays are indexed like
-    ``cut_joints``.
+    ``cut_joints``. ``q0`` is the reference configuration the model was described in (like
+    MuJoCo's ``qpos0``): a starting point for assembly and simulation.
     """
 
     mass: Float[Array, " n"]
@@ -69,6 +70,7 @@ class Mechanism(eqx.Module):
     cut_position_a: Float[Array, "m 3"]
     cut_rotation_b: Float[Array, "m 3 3"]
     cut_position_b: Float[Array, "m 3"]
+    q0: Float[Array, " n"]
 
     planar: bool = eqx.field(static=True)
     body_names: tuple[str, ...] = eqx.field(static=True)
@@ -278,8 +280,9 @@ class MechanismBuilder:
                 cut=False, actuated=False, coordinate=f"{name}[{k}]",
             ))
 
-    def build(self) -> Mechanism:
-        """Check the model and freeze it into a `Mechanism`."""
+    def build(self, q0=None) -> Mechanism:
+        """Check the model and freeze it into a `Mechanism`. ``q0``: reference configuration, a
+        mapping from coordinate name to value (missing ones are 0) or an array in body order."""
         if not self._bodies:
             raise ValueError("the mechanism has no bodies")
         tree = {j.child: j for j in self._joints if not j.cut}
@@ -326,7 +329,9 @@ class MechanismBuilder:
                     names.append(j.name)
             return tuple(names)
 
+        coordinates = tuple(j.coordinate for j in joints)
         return Mechanism(
+            q0=jnp.asarray(self._reference(q0, coordinates)),
             mass=stack([b.mass for b in bodies], ()),
             com=stack([b.com for b in bodies], (3,)),
             inertia=stack([b.inertia for b in bodies], (3, 3)),
@@ -345,11 +350,22 @@ class MechanismBuilder:
             body_names=tuple(order),
             parent=tuple(index[j.parent] for j in joints),
             joint_kinds=tuple(j.kind for j in joints),
-            coordinate_names=tuple(j.coordinate for j in joints),
+            coordinate_names=coordinates,
             joint_names=joint_names(),
             actuator_names=tuple(j.coordinate for j in self._joints if j.actuated),
             cut_joints=tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts),
         )
+
+    @staticmethod
+    def _reference(q0, coordinates):
+        if q0 is None:
+            return np.zeros(len(coordinates))
+        if isinstance(q0, dict):
+            unknown = set(q0) - set(coordinates)
+            if unknown:
+                raise ValueError(f"q0 names unknown coordinates {sorted(unknown)}; known: {list(coordinates)}")
+            q0 = [q0.get(c, 0.0) for c in coordinates]
+        return _vector(q0, len(coordinates), "q0")
 
     @staticmethod
     def _check_planar(joints):
