@@ -53,7 +53,9 @@ class Mechanism(eqx.Module):
     Arrays are indexed by body ``i`` (tree order); body ``i`` is moved by coordinate ``q[i]``
     through its tree joint from ``parent[i]`` (-1: ground). Cut-joint arrays are indexed like
     ``cut_joints``. ``q0`` is the reference configuration the model was described in (like
-    MuJoCo's ``qpos0``): a starting point for assembly and simulation.
+    MuJoCo's ``qpos0``): a starting point for assembly and simulation. Springs are linear
+    point-to-point spring-dampers between ``spring_point_a`` on body ``spring_bodies[k][0]`` and
+    ``spring_point_b`` on body ``spring_bodies[k][1]`` (body coordinates, -1: ground).
     """
 
     mass: Float[Array, " n"]
@@ -71,6 +73,11 @@ class Mechanism(eqx.Module):
     cut_rotation_b: Float[Array, "m 3 3"]
     cut_position_b: Float[Array, "m 3"]
     q0: Float[Array, " n"]
+    spring_point_a: Float[Array, "s 3"]
+    spring_point_b: Float[Array, "s 3"]
+    spring_stiffness: Float[Array, " s"]
+    spring_damping: Float[Array, " s"]
+    spring_rest_length: Float[Array, " s"]
 
     planar: bool = eqx.field(static=True)
     body_names: tuple[str, ...] = eqx.field(static=True)
@@ -80,6 +87,8 @@ class Mechanism(eqx.Module):
     joint_names: tuple[str, ...] = eqx.field(static=True)
     actuator_names: tuple[str, ...] = eqx.field(static=True)
     cut_joints: tuple[CutJoint, ...] = eqx.field(static=True)
+    spring_names: tuple[str, ...] = eqx.field(static=True)
+    spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
 
     @property
     def num_bodies(self) -> int:
@@ -202,6 +211,7 @@ class MechanismBuilder:
             raise ValueError(f"gravity {self.gravity.tolist()} leaves the plane of a planar mechanism")
         self._bodies: dict[str, _Body] = {}
         self._joints: list[_Joint] = []
+        self._springs: list[tuple] = []
 
     def add_body(self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None) -> MechanismBuilder:
         """Add a body with ``mass``, centre of mass ``com`` (body frame) and ``inertia`` about the
@@ -257,6 +267,24 @@ class MechanismBuilder:
             raise ValueError(f"joint {name!r}: a {kind} joint can only be a cut joint (cut=True)")
         else:
             self._joints.append(_Joint(name=name, kind=kind, actuated=actuated, coordinate=name, **common))
+        return self
+
+    def add_spring(self, name: str, body_a: str, body_b: str, point_a=(0.0, 0.0, 0.0),
+                   point_b=(0.0, 0.0, 0.0), stiffness: float = 0.0, damping: float = 0.0,
+                   rest_length: float = 0.0) -> MechanismBuilder:
+        """A linear spring-damper between ``point_a`` on ``body_a`` and ``point_b`` on ``body_b``
+        (body coordinates): tension ``stiffness (L - rest_length) + damping dL/dt``."""
+        if any(sp[0] == name for sp in self._springs):
+            raise ValueError(f"spring name {name!r} is already used")
+        for body in (body_a, body_b):
+            if body != GROUND and body not in self._bodies:
+                raise ValueError(f"spring {name!r}: unknown body {body!r}")
+        for what, value in (("stiffness", stiffness), ("damping", damping), ("rest_length", rest_length)):
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"spring {name!r}: {what} must be finite and >= 0, got {value}")
+        self._springs.append((name, body_a, body_b, _vector(point_a, 3, f"spring {name!r}: point_a"),
+                              _vector(point_b, 3, f"spring {name!r}: point_b"),
+                              float(stiffness), float(damping), float(rest_length)))
         return self
 
     def _has_tree_joint(self, body):
@@ -346,6 +374,13 @@ class MechanismBuilder:
             cut_position_a=stack([j.position for j in cuts], (3,)),
             cut_rotation_b=stack([j.child_rotation for j in cuts], (3, 3)),
             cut_position_b=stack([j.child_position for j in cuts], (3,)),
+            spring_point_a=stack([sp[3] for sp in self._springs], (3,)),
+            spring_point_b=stack([sp[4] for sp in self._springs], (3,)),
+            spring_stiffness=stack([sp[5] for sp in self._springs], ()),
+            spring_damping=stack([sp[6] for sp in self._springs], ()),
+            spring_rest_length=stack([sp[7] for sp in self._springs], ()),
+            spring_names=tuple(sp[0] for sp in self._springs),
+            spring_bodies=tuple((index[sp[1]], index[sp[2]]) for sp in self._springs),
             planar=self.planar,
             body_names=tuple(order),
             parent=tuple(index[j.parent] for j in joints),

@@ -42,7 +42,7 @@ def motion_transform(rotation, position):
 def planar_motion_transform(rotation, position):
     """Planar ``X`` (3x3) for a frame rotated by the 2x2 ``rotation`` with origin ``position``."""
     e = rotation.T
-    lever = e @ jnp.stack([position[1], -position[0]])
+    lever = e @ jnp.stack([-position[1], position[0]])
     return jnp.block([[jnp.ones((1, 1), e.dtype), jnp.zeros((1, 2), e.dtype)], [lever[:, None], e]])
 
 

@@ -1,0 +1,50 @@
+"""Force elements: linear point-to-point spring-dampers, as body wrenches for the tree algorithms.
+
+A spring between point ``a`` on one body and point ``b`` on another has length ``L = |r_b - r_a|``
+and tension ``T = k (L - L0) + c dL/dt``. It pulls ``b`` towards ``a`` with ``-T u`` and ``a``
+towards ``b`` with ``+T u``, ``u = (r_b - r_a) / L``. The wrenches are returned in body
+coordinates about each body frame origin, the ``f_ext`` convention of `tree`.
+"""
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from . import spatial, tree
+from .mechanism import Mechanism
+
+
+def _point_state(rotation, position, twist, point):
+    """World position and world velocity of a body-fixed point, given the body's pose and twist
+    (``[w; v]`` in body coordinates)."""
+    velocity = rotation @ (twist[3:] + jnp.cross(twist[:3], point))
+    return position + rotation @ point, velocity
+
+
+def spring_wrenches(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, "n d"]:
+    """Body wrenches ``(n, d)`` of all spring-dampers at ``(q, qd)``."""
+    if not mech.spring_names:
+        return jnp.zeros((mech.num_bodies, mech.dim), q.dtype)
+    rotation, position = tree.forward_kinematics(mech, q)
+    twist = tree.twists(mech, q, qd)
+    if mech.planar:  # back to the spatial layout [0, 0, w_z, v_x, v_y, 0]
+        twist = jnp.zeros((mech.num_bodies, 6), q.dtype).at[:, spatial.PLANAR_ROWS].set(twist)
+    wrench = jnp.zeros((mech.num_bodies, 6), q.dtype)
+    zero = jnp.zeros(3, q.dtype)
+    for k, (a, b) in enumerate(mech.spring_bodies):
+        ends = []
+        for body, point in ((a, mech.spring_point_a[k]), (b, mech.spring_point_b[k])):
+            if body < 0:
+                ends.append((point, zero))
+            else:
+                ends.append(_point_state(rotation[body], position[body], twist[body], point))
+        (ra, va), (rb, vb) = ends
+        span = rb - ra
+        length = jnp.linalg.norm(span)
+        unit = span / length
+        tension = (mech.spring_stiffness[k] * (length - mech.spring_rest_length[k])
+                   + mech.spring_damping[k] * unit @ (vb - va))
+        for body, point, sign in ((a, mech.spring_point_a[k], 1.0), (b, mech.spring_point_b[k], -1.0)):
+            if body >= 0:
+                force = rotation[body].T @ (sign * tension * unit)
+                wrench = wrench.at[body].add(jnp.concatenate([jnp.cross(point, force), force]))
+    return wrench[:, jnp.array(spatial.PLANAR_ROWS)] if mech.planar else wrench
