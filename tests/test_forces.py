@@ -1,13 +1,14 @@
 """Spring-dampers: generalized forces equal minus the gradient of the spring energy (stiffness) and
-the Rayleigh dissipation gradient (damping), computed independently from body positions."""
+the Rayleigh dissipation gradient (damping), both by autodiff of the spring lengths."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import loopdyn
-from loopdyn import forces, tree
+from loopdyn import energy, forces, tree
 
 
 def chain(planar):
@@ -25,11 +26,7 @@ def chain(planar):
 
 
 def spring_length(mech, q, k):
-    rotation, position = tree.forward_kinematics(mech, q)
-    ends = []
-    for body, point in zip(mech.spring_bodies[k], (mech.spring_point_a[k], mech.spring_point_b[k])):
-        ends.append(point if body < 0 else position[body] + rotation[body] @ point)
-    return jnp.linalg.norm(ends[1] - ends[0])
+    return forces.spring_lengths(mech, q)[k]
 
 
 def generalized(mech, q, qd):
@@ -47,4 +44,24 @@ def test_spring_forces_are_energy_and_dissipation_gradients(planar):
     grad_l2 = jax.grad(spring_length, argnums=1)(mech, q, 1)
     energy_force = -300.0 * (spring_length(mech, q, 0) - 0.2) * grad_l1
     damping_force = -7.0 * (grad_l2 @ qd) * grad_l2
-    np.testing.assert_allclose(generalized(mech, q, qd), energy_force + damping_force, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(generalized(mech, q, qd), energy_force + damping_force,
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("planar", [True, False])
+def test_kinetic_energy_is_half_qd_mass_matrix_qd(planar):
+    mech = chain(planar)
+    q, qd = jnp.array([0.4, -0.9]), jnp.array([1.3, -0.7])
+    np.testing.assert_allclose(energy.kinetic_energy(mech, q, qd),
+                               0.5 * qd @ tree.mass_matrix(mech, q) @ qd, rtol=1e-13)
+
+
+@pytest.mark.parametrize("planar", [True, False])
+def test_potential_energy_gradient_is_static_joint_load(planar):
+    """With springs and gravity, ``dV/dq`` equals the torque that holds the mechanism still."""
+    mech = eqx.tree_at(lambda m: m.spring_damping, chain(planar), jnp.zeros(2))
+    q = jnp.array([0.4, -0.9])
+    zero = jnp.zeros_like(q)
+    holding = tree.inverse_dynamics(mech, q, zero, zero, forces.spring_wrenches(mech, q, zero))
+    np.testing.assert_allclose(jax.grad(energy.potential_energy, argnums=1)(mech, q), holding,
+                               rtol=1e-12)

@@ -20,6 +20,17 @@ def _point_state(rotation, position, twist, point):
     return position + rotation @ point, velocity
 
 
+def spring_lengths(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " s"]:
+    """Current length ``L`` of every spring."""
+    rotation, position = tree.forward_kinematics(mech, q)
+    lengths = []
+    for k, (a, b) in enumerate(mech.spring_bodies):
+        ends = [point if body < 0 else position[body] + rotation[body] @ point
+                for body, point in ((a, mech.spring_point_a[k]), (b, mech.spring_point_b[k]))]
+        lengths.append(jnp.linalg.norm(ends[1] - ends[0]))
+    return jnp.stack(lengths) if lengths else jnp.zeros(0, q.dtype)
+
+
 def spring_wrenches(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, "n d"]:
     """Body wrenches ``(n, d)`` of all spring-dampers at ``(q, qd)``."""
     if not mech.spring_names:

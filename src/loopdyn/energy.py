@@ -1,0 +1,30 @@
+"""Mechanical energy: kinetic ``T = 1/2 qd^T I qd``, gravity and spring potentials.
+
+Conservation of their sum is the standard check of a conservative simulation.
+"""
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from . import forces, tree
+from .mechanism import Mechanism
+
+
+def kinetic_energy(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, ""]:
+    """``1/2 sum_i t_i^T M_i t_i`` over the body twists (equal to ``1/2 qd^T I qd``)."""
+    t = tree.twists(mech, q, qd)
+    return 0.5 * jnp.einsum("ni,nij,nj->", t, tree.body_inertias(mech), t)
+
+
+def potential_energy(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, ""]:
+    """Gravity potential ``-sum_i m_i g . r_i`` (``r_i`` the world centre of mass) plus the
+    elastic energy ``1/2 k (L - L0)^2`` of every spring."""
+    rotation, position = tree.forward_kinematics(mech, q)
+    com = position + jnp.einsum("nij,nj->ni", rotation, mech.com)
+    gravity = -jnp.sum(mech.mass * (com @ mech.gravity))
+    stretch = forces.spring_lengths(mech, q) - mech.spring_rest_length
+    return gravity + 0.5 * jnp.sum(mech.spring_stiffness * stretch**2)
+
+
+def total_energy(mech: Mechanism, q, qd) -> Float[Array, ""]:
+    return kinetic_energy(mech, q, qd) + potential_energy(mech, q)
