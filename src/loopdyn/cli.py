@@ -8,10 +8,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
-from . import energy, plot, simulate  # noqa: E402
-from .mechanism import MechanismBuilder  # noqa: E402
+from . import energy, plot, simulate
+from .mechanism import MechanismBuilder
 
 
 def triple_pendulum():

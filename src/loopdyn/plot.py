@@ -3,11 +3,11 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from . import tree  # noqa: E402
-from .mechanism import Mechanism  # noqa: E402
+from . import tree
+from .mechanism import Mechanism
 
 
 def skeleton(mech: Mechanism, q) -> list[np.ndarray]:
