@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
+
+from .topology import Topology, analyse
 
 GROUND = "ground"
 TREE_KINDS = ("revolute", "prismatic")
@@ -87,6 +90,7 @@ class Mechanism(eqx.Module):
     joint_names: tuple[str, ...] = eqx.field(static=True)
     actuator_names: tuple[str, ...] = eqx.field(static=True)
     cut_joints: tuple[CutJoint, ...] = eqx.field(static=True)
+    topology: Topology = eqx.field(static=True)
     spring_names: tuple[str, ...] = eqx.field(static=True)
     spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
 
@@ -218,8 +222,8 @@ class MechanismBuilder:
         centre of mass: a 3x3 matrix, 3 principal moments, or for planar mechanisms a scalar Izz."""
         if name == GROUND or name in self._bodies:
             raise ValueError(f"body name {name!r} is already used")
-        if not np.isfinite(mass) or mass <= 0:
-            raise ValueError(f"body {name!r}: mass must be positive and finite, got {mass}")
+        if not isinstance(mass, numbers.Real) or not np.isfinite(mass) or mass <= 0:
+            raise ValueError(f"body {name!r}: mass must be positive and finite (a number), got {mass!r}")
         if inertia is None:
             raise ValueError(f"body {name!r}: inertia is required")
         self._bodies[name] = _Body(
@@ -228,12 +232,23 @@ class MechanismBuilder:
         )
         return self
 
+    def add_frame(self, name: str) -> MechanismBuilder:
+        """Add a massless body: an intermediate frame for chaining several joints between two
+        bodies (as spherical and universal joints do). Its child must carry inertia."""
+        if name == GROUND or name in self._bodies:
+            raise ValueError(f"body name {name!r} is already used")
+        self._bodies[name] = _Body(name, 0.0, np.zeros(3), np.zeros((3, 3)), internal=True)
+        return self
+
     def add_joint(self, name: str, kind: str, parent: str, child: str, axis=None,
                   position=(0.0, 0.0, 0.0), rotation=None, child_position=(0.0, 0.0, 0.0),
                   child_rotation=None, cut: bool = False, actuated: bool = False) -> MechanismBuilder:
         """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames)."""
-        if any(j.name == name or j.coordinate == name for j in self._joints):
-            raise ValueError(f"joint name {name!r} is already used")
+        taken = {j.name for j in self._joints} | {j.coordinate for j in self._joints}
+        new = [name] + [f"{name}[{k}]" for k in range(len(CHAIN_AXES.get(kind, ())))]
+        clash = [n for n in new if n in taken]
+        if clash:
+            raise ValueError(f"joint name {clash[0]!r} is already used (by a joint or a coordinate)")
         kinds = TREE_KINDS + CUT_KINDS
         if kind not in kinds:
             raise ValueError(f"joint {name!r}: unknown kind {kind!r}; expected one of {sorted(set(kinds))}")
@@ -262,6 +277,8 @@ class MechanismBuilder:
         if actuated and (common["cut"] or kind not in TREE_KINDS):
             raise ValueError(f"joint {name!r}: only revolute or prismatic tree joints can be actuated")
         if kind in CHAIN_AXES and not common["cut"]:
+            if self.planar:
+                raise ValueError(f"joint {name!r}: a {kind} tree joint does not fit a planar mechanism")
             self._add_chain(name, kind, common)
         elif kind not in TREE_KINDS and not common["cut"]:
             raise ValueError(f"joint {name!r}: a {kind} joint can only be a cut joint (cut=True)")
@@ -295,8 +312,11 @@ class MechanismBuilder:
         whose frames are the joint frame."""
         axes = CHAIN_AXES[kind]
         links = [common["parent"]] + [f"{name}[{k}]" for k in range(1, len(axes))] + [common["child"]]
+        taken = [body for body in links[1:-1] if body in self._bodies]
+        if taken:
+            raise ValueError(f"joint {name!r}: its {kind} chain needs body name {taken[0]!r}, already used")
         for body in links[1:-1]:
-            self._bodies[body] = _Body(body, 0.0, np.zeros(3), np.zeros((3, 3)), internal=True)
+            self.add_frame(body)
         for k, axis in enumerate(axes):
             first, last = k == 0, k == len(axes) - 1
             self._joints.append(_Joint(
@@ -317,6 +337,13 @@ class MechanismBuilder:
         for name in self._bodies:
             if name not in tree:
                 raise ValueError(f"body {name!r} is disconnected: no joint has it as its child")
+        carriers = {j.parent for j in tree.values()}
+        for body in self._bodies.values():
+            if body.internal and body.name not in carriers:
+                raise ValueError(
+                    f"massless body {body.name!r} has no child body: nothing carries inertia "
+                    "beyond it, so its joint has no dynamics (the mass matrix would be singular)"
+                )
         for name in self._bodies:  # every chain of tree joints must end at the ground
             seen, body = [], name
             while body != GROUND:
@@ -358,6 +385,12 @@ class MechanismBuilder:
             return tuple(names)
 
         coordinates = tuple(j.coordinate for j in joints)
+        cut_joints = tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts)
+        structure = analyse(  # loops, subsystems, block pattern; refuses bad loops
+            tuple(index[j.parent] for j in joints), cut_joints, self.planar,
+            actuated=[k for k, j in enumerate(joints) if j.actuated], body_names=order,
+            internal=[b.internal for b in bodies],
+        )
         return Mechanism(
             q0=jnp.asarray(self._reference(q0, coordinates)),
             mass=stack([b.mass for b in bodies], ()),
@@ -388,7 +421,8 @@ class MechanismBuilder:
             coordinate_names=coordinates,
             joint_names=joint_names(),
             actuator_names=tuple(j.coordinate for j in self._joints if j.actuated),
-            cut_joints=tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts),
+            cut_joints=cut_joints,
+            topology=structure,
         )
 
     @staticmethod

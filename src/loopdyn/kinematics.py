@@ -1,0 +1,508 @@
+"""Loop-closure kinematics: body poses, cut-joint constraints Phi(q), their Jacobian J, the bias
+J' qd, assembly by Newton's method, velocity projection and singularity checks.
+
+Constraint rows. Cut joint c joins frame a on body a to frame b on body b (``Mechanism.cut_*``;
+the ground for index -1). With ``R_a, R_b`` the frames' world rotations and ``p_a, p_b`` their
+world origins, every row is one of three kinds:
+
+- ``point(k)``: ``(p_b - p_a)_k``, component k of the gap between the origins, in world axes;
+- ``across(n)``: ``(R_a n) . (p_b - p_a)``, the gap across the direction ``n`` of frame a;
+- ``angle(u, w)``: ``(R_a u) . (R_b w)``, zero while ``u`` of frame a is perpendicular to ``w``
+  of frame b.
+
+Their time derivatives are linear in the world angular velocities ``omega`` and point velocities
+``v`` of the cut frames: ``(v_b - v_a)_k``, ``(R_a n) . (v_b - v_a) + omega_a . ((R_a n) x gap)``
+and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at every q and not only at closure.
+J is built from those with the joint twists ``p_i`` of the spanning tree carried to the cut
+frames (``J = J_hat N`` with the DeNOC matrix ``N``, seed 000 §2.2 and eqs. 13-16), and
+``J' qd`` from the twist-rates of the tree recursion (seed 000 eq. 9, ``Psi = -J' qd``).
+
+Rows of each kind of cut joint (``x, y, z`` the axes of the joint frame, ``s`` its axis,
+``s1, s2`` two unit vectors completing ``s`` to an orthonormal basis):
+
+=========  =========================================  =======================================
+kind       spatial rows                               planar rows
+=========  =========================================  =======================================
+revolute   point x, y, z; angle(s, s1), angle(s, s2)  point x, y
+prismatic  across s1, s2; angle(x,y), (y,z), (z,x)    across z x s; angle(x, y)
+universal  point x, y, z; angle(x, y)                 (refused)
+spherical  point x, y, z                              point x, y (as a planar revolute)
+weld       point x, y, z; angle(x,y), (y,z), (z,x)    point x, y; angle(x, y)
+=========  =========================================  =======================================
+
+A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
+body b, the cross of the tree's universal joints. Signs: the multiplier of a ``point`` row is the
+force that body a exerts on body b at the cut joint, in world axes (planar: the 2-vectors of the
+seeds); that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from . import spatial, tree
+from .mechanism import Mechanism
+
+_E = np.eye(3)
+
+
+def body_poses(
+    mech: Mechanism, q: Float[Array, " n"]
+) -> tuple[Float[Array, "n 3"], Float[Array, "n 3 3"]]:
+    """World position ``(n, 3)`` of every body frame origin and its rotation ``(n, 3, 3)``, in the
+    order of ``mech.body_names`` (positions first)."""
+    rotation, position = tree.forward_kinematics(mech, q)
+    return position, rotation
+
+
+def _spatial(mech, x):
+    """Spatial 6-vectors from the twists of `tree` (planar ones are embedded in the xy-plane)."""
+    if not mech.planar:
+        return x
+    return jnp.zeros((*x.shape[:-1], 6), x.dtype).at[..., spatial.PLANAR_ROWS].set(x)
+
+
+def _with_ground(x, ground):
+    """Append the ground's value as the last row, so that body index -1 selects the ground."""
+    return jnp.concatenate([x, jnp.broadcast_to(jnp.asarray(ground, x.dtype), (1, *x.shape[1:]))])
+
+
+def _moves(mech) -> np.ndarray:
+    """``(n + 1, n)``: entry ``[k, i]`` is 1 where coordinate i moves body k (its own joint and
+    those of its ancestors); the last row, the ground, is zero."""
+    moves = np.zeros((mech.num_bodies + 1, mech.num_bodies))
+    for k in range(mech.num_bodies):
+        i = k
+        while i >= 0:
+            moves[k, i] = 1.0
+            i = mech.parent[i]
+    return moves
+
+
+def _basis(axis):
+    """Two unit vectors completing the unit ``axis`` to a right-handed orthonormal basis."""
+    helper = jnp.where(
+        jnp.abs(axis[0]) < 0.9, jnp.asarray(_E[0], axis.dtype), jnp.asarray(_E[1], axis.dtype)
+    )
+    first = jnp.cross(axis, helper)
+    first = first / jnp.linalg.norm(first)
+    return first, jnp.cross(axis, first)
+
+
+def _row_specs(mech, c):
+    """The rows of cut joint c (module docstring table) as ``("point", e_k)``, ``("across", n)``
+    and ``("angle", u, w)``."""
+    kind, axis = mech.cut_joints[c].kind, mech.cut_axis[c]
+    x, y, z = (jnp.asarray(e, axis.dtype) for e in _E)
+    if mech.planar:
+        points = [("point", x), ("point", y)]
+        return {
+            "revolute": points,
+            "spherical": points,
+            "weld": points + [("angle", x, y)],
+            "prismatic": [("across", jnp.cross(z, axis)), ("angle", x, y)],
+        }[kind]
+    points = [("point", x), ("point", y), ("point", z)]
+    lock = [("angle", x, y), ("angle", y, z), ("angle", z, x)]
+    if kind in ("revolute", "prismatic"):
+        s1, s2 = _basis(axis)
+        if kind == "revolute":
+            return points + [("angle", axis, s1), ("angle", axis, s2)]
+        return [("across", s1), ("across", s2)] + lock
+    return {"spherical": points, "universal": points + [("angle", x, y)], "weld": points + lock}[
+        kind
+    ]
+
+
+class _Rows(NamedTuple):
+    """All rows stacked as ``Phi_r = e_r . x_r``: ``e_r`` is ``u_r`` (point rows, world axes) or
+    ``R_a u_r`` (across and angle rows, turning with frame a); ``x_r`` is the gap ``p_b - p_a``,
+    or ``R_b w_r`` on angle rows. ``cut`` (static) is each row's cut joint; ``turning`` and
+    ``angle`` are 0/1 masks."""
+
+    cut: np.ndarray
+    turning: np.ndarray
+    angle: np.ndarray
+    u: Array
+    w: Array
+
+
+def _rows(mech) -> _Rows:
+    specs = [(c, spec) for c in range(len(mech.cut_joints)) for spec in _row_specs(mech, c)]
+    zero = jnp.zeros(3, mech.cut_axis.dtype)
+    return _Rows(
+        cut=np.array([c for c, _ in specs], dtype=int),
+        turning=np.array([spec[0] != "point" for _, spec in specs], dtype=float)[:, None],
+        angle=np.array([spec[0] == "angle" for _, spec in specs], dtype=float)[:, None],
+        u=jnp.stack([spec[1] for _, spec in specs]),
+        w=jnp.stack([spec[2] if spec[0] == "angle" else zero for _, spec in specs]),
+    )
+
+
+class _Ends(NamedTuple):
+    """World kinematics of the cut-joint frames, indexed ``[c, 0]`` (frame a) and ``[c, 1]``
+    (frame b) of cut joint c: rotation, origin and, when asked for, the point and angular
+    Jacobians ``(3, n)``, or the velocities and accelerations at ``qdd = 0``."""
+
+    rotation: Array
+    position: Array
+    jac_point: Array | None = None
+    jac_angle: Array | None = None
+    velocity: Array | None = None
+    omega: Array | None = None
+    acceleration: Array | None = None
+    alpha: Array | None = None
+
+
+def _cross6(a, b):
+    """Spatial motion cross product ``a x b`` of Pluecker 6-vectors (last axis)."""
+    aw, av, bw, bv = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
+    return jnp.concatenate([jnp.cross(aw, bw), jnp.cross(aw, bv) + jnp.cross(av, bw)], axis=-1)
+
+
+def _ends(mech, q, qd=None, jacobian=False):
+    """The frames of all cut joints as `_Ends`.
+
+    Joint twists are taken in world Pluecker coordinates ``S_i = [w_i; v_i]`` (``v_i`` the velocity
+    of the body point at the world origin per unit rate). There the twist propagation of the tree
+    (seed 004 eqs. 20-23) has identity propagation matrices: ``t_k = t_parent + S_k qd_k`` and
+    ``dt_k = dt_parent + t_k x S_k qd_k`` (at ``qdd = 0``), i.e. sums over the ancestors, taken
+    with the static matrix `_moves`; the columns of J are the ``S_i`` carried to the cut frames.
+    """
+    rotation, position = tree.forward_kinematics(mech, q)
+    bodies = np.array([[cut.body_a, cut.body_b] for cut in mech.cut_joints], dtype=int).reshape(
+        -1, 2
+    )
+    moves = jnp.asarray(_moves(mech)[bodies], q.dtype)  # (c, 2, n)
+    r_body = _with_ground(rotation, np.eye(3))[bodies]
+    local_p = jnp.stack([mech.cut_position_a, mech.cut_position_b], axis=1)
+    local_r = jnp.stack([mech.cut_rotation_a, mech.cut_rotation_b], axis=1)
+    p = _with_ground(position, np.zeros(3))[bodies] + jnp.einsum("ceij,cej->cei", r_body, local_p)
+    ends = _Ends(r_body @ local_r, p)
+    if jacobian or qd is not None:
+        s = _spatial(mech, tree.motion_subspaces(mech))
+        axis = jnp.einsum("nij,nj->ni", rotation, s[:, :3])
+        twist_axes = jnp.concatenate(
+            [axis, jnp.einsum("nij,nj->ni", rotation, s[:, 3:]) - jnp.cross(axis, position)],
+            axis=-1,
+        )
+    if jacobian:
+        jac_point = (twist_axes[:, 3:] + jnp.cross(axis, p[:, :, None, :])) * moves[..., None]
+        ends = ends._replace(
+            jac_point=jnp.swapaxes(jac_point, -1, -2),
+            jac_angle=jnp.swapaxes(axis * moves[..., None], -1, -2),
+        )
+    if qd is not None:
+        rates = twist_axes * qd[:, None]
+        t = jnp.asarray(_moves(mech), q.dtype)[:-1] @ rates  # twists of the bodies
+        t_end, dt_end = moves @ rates, moves @ _cross6(t, rates)
+        omega, alpha = t_end[..., :3], dt_end[..., :3]
+        velocity = t_end[..., 3:] + jnp.cross(omega, p)
+        ends = ends._replace(
+            velocity=velocity,
+            omega=omega,
+            alpha=alpha,
+            acceleration=dt_end[..., 3:] + jnp.cross(alpha, p) + jnp.cross(omega, velocity),
+        )
+    return ends
+
+
+def _directions(ends, rows):
+    """Per row: the vectors ``e`` and ``x`` of `_Rows`, in world axes."""
+    rot_a, rot_b = ends.rotation[rows.cut, 0], ends.rotation[rows.cut, 1]
+    e = rows.turning * jnp.einsum("rij,rj->ri", rot_a, rows.u) + (1.0 - rows.turning) * rows.u
+    gap = (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
+    x = rows.angle * jnp.einsum("rij,rj->ri", rot_b, rows.w) + (1.0 - rows.angle) * gap
+    return e, x
+
+
+def _dot(a, b):
+    return jnp.sum(a * b, axis=-1)
+
+
+def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
+    """Stacked position constraints ``Phi(q)`` of all cut joints, loop by loop (zero when every
+    loop is closed; rows in the module docstring)."""
+    if not mech.cut_joints:
+        return jnp.zeros(0, q.dtype)
+    return _dot(*_directions(_ends(mech, q), _rows(mech)))
+
+
+def _jacobian(ends, rows, e, x):
+    """``d(e . x) = (e x x) . omega_a + e . dx`` with ``dx = v_b - v_a`` (gap) or
+    ``omega_b x x`` (angle rows), as rows over the joint rates."""
+    jac_a, jac_b = ends.jac_angle[rows.cut, 0], ends.jac_angle[rows.cut, 1]
+    jac_gap = (ends.jac_point[:, 1] - ends.jac_point[:, 0])[rows.cut]
+    jac_x = rows.angle * jnp.einsum("ri,rin->rn", jnp.cross(x, e), jac_b) + (
+        1.0 - rows.angle
+    ) * jnp.einsum("ri,rin->rn", e, jac_gap)
+    return rows.turning * jnp.einsum("ri,rin->rn", jnp.cross(e, x), jac_a) + jac_x
+
+
+def _bias(ends, rows, e, x):
+    """``(e . x)'' = e'' . x + 2 e' . x' + e . x''`` at ``qdd = 0``."""
+
+    def turn(v, omega, alpha):  # first and second time derivatives of a body-fixed direction
+        dv = jnp.cross(omega, v)
+        return dv, jnp.cross(alpha, v) + jnp.cross(omega, dv)
+
+    de, dde = turn(
+        e, rows.turning * ends.omega[rows.cut, 0], rows.turning * ends.alpha[rows.cut, 0]
+    )
+    dw, ddw = turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1])
+    dgap = (ends.velocity[:, 1] - ends.velocity[:, 0])[rows.cut]
+    ddgap = (ends.acceleration[:, 1] - ends.acceleration[:, 0])[rows.cut]
+    dx = rows.angle * dw + (1.0 - rows.angle) * dgap
+    ddx = rows.angle * ddw + (1.0 - rows.angle) * ddgap
+    return _dot(dde, x) + 2.0 * _dot(de, dx) + _dot(e, ddx)
+
+
+def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]:
+    """Constraint Jacobian ``J = dPhi/dq`` (seed 000 eqs. 13-16) from the joint twists carried to
+    the cut frames, not by automatic differentiation."""
+    if not mech.cut_joints:
+        return jnp.zeros((0, mech.num_bodies), q.dtype)
+    ends, rows = _ends(mech, q, jacobian=True), _rows(mech)
+    return _jacobian(ends, rows, *_directions(ends, rows))
+
+
+def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[int, int], Array]:
+    """The non-zero blocks ``J_{i,j}`` ``(m_i, n_j)`` of loop i and subsystem j (seed 000 eqs.
+    14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``."""
+    jac, top = loop_jacobian(mech, q), mech.topology
+    return {(i, j): jac[top.rows(i), top.coordinates(j)] for i, j in top.blocks}
+
+
+def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " m"]:
+    """``J' qd``, the constraint acceleration at ``qdd = 0``, from the twists and twist-rates of
+    the tree (`_ends`), not by automatic differentiation. The acceleration constraint is
+    ``J qdd = Psi = -J' qd`` (seed 000 eq. 9)."""
+    if not mech.cut_joints:
+        return jnp.zeros(0, q.dtype)
+    ends, rows = _ends(mech, q, qd), _rows(mech)
+    return _bias(ends, rows, *_directions(ends, rows))
+
+
+def loop_terms(
+    mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
+) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
+    """``(Phi, J, J' qd)`` from one kinematic pass: what a constrained dynamics step needs."""
+    if not mech.cut_joints:
+        return loop_residual(mech, q), loop_jacobian(mech, q), loop_bias(mech, q, qd)
+    ends, rows = _ends(mech, q, qd, jacobian=True), _rows(mech)
+    e, x = _directions(ends, rows)
+    return _dot(e, x), _jacobian(ends, rows, e, x), _bias(ends, rows, e, x)
+
+
+def free_coordinates(mech: Mechanism, fixed=()) -> tuple[int, ...]:
+    """Indices of the coordinates not in ``fixed`` (coordinate indices or names)."""
+    if isinstance(fixed, (str, int, np.integer)):
+        fixed = (fixed,)
+    held = set()
+    for f in fixed:
+        if isinstance(f, str):
+            if f not in mech.coordinate_names:
+                known = list(mech.coordinate_names)
+                raise ValueError(f"fixed: unknown coordinate {f!r}; coordinates are {known}")
+            held.add(mech.coordinate_names.index(f))
+        else:
+            k = operator.index(f)
+            if not 0 <= k < mech.num_bodies:
+                raise ValueError(
+                    f"fixed: coordinate index {k} out of range 0..{mech.num_bodies - 1}"
+                )
+            held.add(k)
+    return tuple(k for k in range(mech.num_bodies) if k not in held)
+
+
+def _newton(mech, q, free, tol, max_iter):
+    """Gauss-Newton on ``Phi(q) = 0`` over the free coordinates: minimum-norm least-squares steps
+    (redundant rows are harmless) with a backtracking (Armijo) line search on ``|Phi|``; stops at
+    ``|Phi| <= tol``, after ``max_iter`` steps, or when no step length decreases ``|Phi|``. Phi is
+    traced twice only (start and line search), to keep the compiled program small."""
+    select = np.eye(q.shape[0])[:, list(free)]
+
+    def step(state):
+        q, phi, k, _ = state
+        r = jnp.linalg.norm(phi)
+        dq = select @ -jnp.linalg.lstsq(loop_jacobian(mech, q) @ select, phi)[0]
+
+        def too_long(search):
+            alpha, phi_new = search
+            return (jnp.linalg.norm(phi_new) > (1.0 - 1e-4 * alpha) * r) & (alpha > 1e-6)
+
+        def halve(search):
+            return search[0] / 2, loop_residual(mech, q + search[0] / 2 * dq)
+
+        start = (jnp.full((), 2.0, q.dtype), jnp.full_like(phi, jnp.inf))
+        alpha, phi_new = jax.lax.while_loop(too_long, halve, start)
+        better = jnp.linalg.norm(phi_new) < r
+        return jnp.where(better, q + alpha * dq, q), jnp.where(better, phi_new, phi), k + 1, ~better
+
+    def going(state):
+        _, phi, k, stalled = state
+        return (jnp.linalg.norm(phi) > tol) & (k < max_iter) & ~stalled
+
+    return jax.lax.while_loop(going, step, (q, loop_residual(mech, q), 0, False))[0]
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _closed(mech, q_guess, free, tol, max_iter):
+    return _newton(mech, q_guess, free, tol, max_iter)
+
+
+@_closed.defjvp
+def _closed_jvp(free, tol, max_iter, primals, tangents):
+    """Implicit function theorem: ``J_free dq_free = -(J_fixed dq_fixed + dPhi/dtheta dtheta)``,
+    solved with the pseudo-inverse (the minimum-norm tangent where the free coordinates are more
+    than the constraints, as the Newton steps are). The guess of the free coordinates has no
+    influence."""
+    mech, q_guess = primals
+    d_mech, d_guess = tangents
+    q = _closed(mech, q_guess, free, tol, max_iter)
+    select = np.eye(q.shape[0])[:, list(free)]  # free coordinates -> all (no scatter to transpose)
+    dq = d_guess * (1.0 - select.sum(axis=1))
+    d_phi = jax.jvp(loop_residual, (mech, q), (d_mech, dq))[1]
+    jac = loop_jacobian(mech, q) @ select
+    return q, dq - select @ (jnp.linalg.pinv(jac) @ d_phi)
+
+
+class Assembly(NamedTuple):
+    """Outcome of `try_assemble`: the configuration, ``|Phi(q)|`` there and whether it is within
+    the tolerance."""
+
+    q: Float[Array, " n"]
+    residual: Float[Array, ""]
+    converged: Bool[Array, ""]
+
+
+def try_assemble(
+    mech: Mechanism, q_guess: Float[Array, " n"], fixed=(), tol: float = 1e-12, max_iter: int = 50
+) -> Assembly:
+    """`assemble` without the error: check ``converged`` yourself (for ``jit``/``vmap`` studies)."""
+    free = free_coordinates(mech, fixed)
+    q_guess = jnp.asarray(q_guess, mech.q0.dtype)
+    if q_guess.shape != (mech.num_bodies,):
+        raise ValueError(f"q_guess: expected shape ({mech.num_bodies},), got {q_guess.shape}")
+    q, residual = _assembled(mech, q_guess, free, tol, max_iter)
+    return Assembly(q, residual, residual <= tol)
+
+
+@eqx.filter_jit
+def _assembled(mech, q_guess, free, tol, max_iter):
+    """Compiled once per mechanism topology and options, also when called eagerly."""
+    q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.cut_joints else q_guess
+    return q, jax.lax.stop_gradient(jnp.linalg.norm(loop_residual(mech, q)))
+
+
+def assemble(
+    mech: Mechanism, q_guess: Float[Array, " n"], fixed=(), tol: float = 1e-12, max_iter: int = 50
+) -> Float[Array, " n"]:
+    """Close every loop from ``q_guess``, holding the ``fixed`` coordinates (indices or names).
+
+    Newton's method with minimum-norm steps and a backtracking line search on ``|Phi|``; the
+    result is differentiable with respect to the fixed coordinates of ``q_guess`` and the
+    mechanism's parameters by the implicit function theorem. Raises ``ValueError`` with the
+    residual when the loops do not close to ``tol`` (under ``jit``/``vmap``/``grad`` the error
+    is raised by ``eqx.error_if`` at run time; `try_assemble` returns a flag instead).
+    """
+    result = try_assemble(mech, q_guess, fixed, tol, max_iter)
+    message = (
+        f"assemble: the loops do not close to tol={tol:g} within {max_iter} Newton steps: "
+        "the geometry cannot close (e.g. a link too short to reach) or the guess is too far "
+        "from a closed configuration"
+    )
+    if isinstance(result.residual, jax.core.Tracer):
+        return eqx.error_if(
+            result.q, ~result.converged, message + "; try_assemble gives the residual"
+        )
+    if not result.converged:
+        phi, top = np.asarray(loop_residual(mech, result.q)), mech.topology
+        worst = max(range(len(top.loops)), key=lambda i: np.linalg.norm(phi[top.rows(i)]))
+        raise ValueError(
+            f"{message}; residual norm |Phi| = {float(result.residual):.3e}, largest at the loop "
+            f"of cut joint {top.loops[worst].name!r} ({np.linalg.norm(phi[top.rows(worst)]):.3e})"
+        )
+    return result.q
+
+
+def project_velocity(
+    mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"], fixed=()
+) -> Float[Array, " n"]:
+    """Velocities with ``J qd = 0``: the free ones corrected by the least-squares (minimum-norm)
+    change, the ``fixed`` ones (indices or names) kept."""
+    free = np.asarray(free_coordinates(mech, fixed))
+    if not mech.cut_joints or free.size == 0:
+        return qd
+    jac = loop_jacobian(mech, q)
+    return qd.at[free].add(-jnp.linalg.pinv(jac[:, free]) @ (jac @ qd))
+
+
+def singular_values(mech: Mechanism, q: Float[Array, " n"], fixed=()) -> Float[Array, " k"]:
+    """Singular values of J restricted to the free coordinates, largest first."""
+    jac = loop_jacobian(mech, q)[:, np.asarray(free_coordinates(mech, fixed), dtype=int)]
+    return jnp.linalg.svd(jac, compute_uv=False)
+
+
+def constraint_rank(
+    mech: Mechanism, q: Float[Array, " n"], fixed=(), rtol: float = 1e-8
+) -> Int[Array, ""]:
+    """Numerical rank of J over the free coordinates (singular values above ``rtol`` times the
+    largest). Below ``mech.topology.num_rows`` the constraints are singular or redundant there."""
+    s = singular_values(mech, q, fixed)
+    return jnp.sum(s > rtol * jnp.max(s, initial=0.0))
+
+
+def check_jacobian(
+    mech: Mechanism, q: Float[Array, " n"], fixed=(), rtol: float = 1e-8
+) -> np.ndarray:
+    """Raise ``ValueError`` where J is singular at ``q`` (eager use, not under ``jit``): a loop
+    whose own rows are dependent (redundant constraints, or a change point), loops dependent on
+    each other, or, with the ``fixed`` coordinates held, a dead centre where the free coordinates
+    cannot follow. Returns the singular values of J over the free coordinates."""
+    jac, top = np.asarray(loop_jacobian(mech, q)), mech.topology
+
+    def rank(matrix):
+        s = np.linalg.svd(matrix, compute_uv=False)
+        return int(np.sum(s > rtol * (s.max(initial=0.0)))), s
+
+    for i, loop in enumerate(top.loops):
+        r, s = rank(jac[top.rows(i)])
+        if r < loop.rows:
+            raise ValueError(
+                f"loop {i} (cut joint {loop.name!r}, {loop.kind}): its {loop.rows} constraint rows "
+                f"have rank {r} at this configuration (singular values "
+                f"{np.array2string(s, precision=3)}): "
+                "either the rows are redundant, e.g. a planar loop modelled spatially (use a "
+                "spherical or universal cut joint, or planar=True), or the loop is at a change "
+                "point where its links line up"
+            )
+    r, s = rank(jac)
+    if r < top.num_rows:
+        raise ValueError(
+            f"the constraint rows of different loops are dependent at this "
+            f"configuration: rank {r} < {top.num_rows} rows (redundant loops or a singular pose)"
+        )
+    free = free_coordinates(mech, fixed)
+    r, s = rank(jac[:, list(free)])
+    if len(free) < top.num_rows:
+        raise ValueError(
+            f"only {len(free)} free coordinates for {top.num_rows} constraint rows: "
+            "too many coordinates are fixed"
+        )
+    if r < top.num_rows:
+        held = [mech.coordinate_names[k] for k in range(mech.num_bodies) if k not in free]
+        raise ValueError(
+            f"J over the free coordinates is singular: rank {r} < {top.num_rows} rows, smallest "
+            f"singular value {s.min():.3e}: with {held} held this is a dead centre, "
+            "where the free coordinates cannot follow the fixed ones"
+        )
+    return s
