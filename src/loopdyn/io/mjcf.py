@@ -1,0 +1,396 @@
+"""MJCF import: MuJoCo's own parser compiles the model, which then becomes a `Mechanism`.
+
+The mapping, MuJoCo -> loopdyn:
+
+- Bodies keep MuJoCo's names and body frames, so at the same configuration
+  `tree.forward_kinematics` equals MuJoCo's ``xpos``/``xmat``. The inertia about the centre of mass
+  ``body_ipos`` is ``body_inertia`` (principal moments) turned by ``body_iquat``. The world body is
+  the ground.
+- A body without joints is welded to its parent. Its mass and inertia are merged into the nearest
+  moving ancestor, and it is no loopdyn body of its own; a body welded to the world is part of the
+  ground.
+- Joints: hinge -> revolute, slide -> prismatic, ball -> spherical (the builder's chain of revolutes
+  about the joint frame's x, y, z, coordinates ``name[0..2]``). The joint frame sits at ``jnt_pos``
+  with the body's orientation. Several joints in one body act in order, as in MuJoCo, through
+  massless bodies ``body[k]`` (k = 0 .. count - 2): the body frame after the first k + 1 joints.
+- Coordinates: a hinge or slide coordinate equals its MuJoCo ``qpos`` entry, and ``mech.q0`` is
+  MuJoCo's ``qpos0``: 0, or the joint's ``ref``. At ``q0`` the bodies sit as the file draws them.
+- ``<equality><connect>`` becomes a spherical cut joint, or a revolute one about z in a planar
+  mechanism. ``<equality><weld>`` becomes a weld cut joint. Both are anchored on bodies
+  (``eq_data``: MuJoCo computes body2's point or pose at ``qpos0``) or on sites (the site points
+  or frames must coincide). ``solref``, ``solimp`` and ``torquescale`` only shape MuJoCo's soft
+  constraints; they are not used, since loopdyn's constraints are exact.
+- ``<actuator><motor joint=...>`` (or a ``<general>`` like it) makes that hinge or slide coordinate
+  actuated. loopdyn's input is the joint force itself; MuJoCo's ``ctrl`` is that force divided by
+  gear x gain. Control and force ranges are not represented.
+- Gravity: ``opt.gravity``, or zero when the gravity flag is disabled.
+- Planar: at ``qpos0``, every joint frame turns about z only, every hinge axis is along +-z, every
+  slide axis lies in the xy-plane, no joint is a ball, and gravity has no z component. ``planar``
+  forces the choice. True on a spatial model is an error; False builds a planar model as spatial.
+  A closed-loop mechanism that moves in parallel planes but fails this test (drawn in the
+  xz-plane, or with gravity out of its plane) is refused unless ``planar=False``: as a spatial
+  model its connect/weld constraints would have rows that vanish identically.
+- Unnamed bodies, joints and equalities are named ``body<id>``, ``joint<id>`` and
+  ``equality<id>``, with MuJoCo's element id.
+
+Joint limits are ignored with a warning (loopdyn enforces none). Refused with a ``ValueError``
+naming the element, since loopdyn cannot represent them: free joints, joint stiffness, damping, armature and friction loss, mocap bodies, gravity compensation,
+tendons, flexes, explicit contact pairs, equality constraints other than active connect/weld,
+actuators other than a joint motor, and fluid forces. Geoms count only through the inertia MuJoCo
+computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
+cameras, lights, keyframes, the time step and the integrator.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..mechanism import GROUND, Mechanism, MechanismBuilder
+
+if TYPE_CHECKING:
+    import mujoco
+
+_TOL = 1e-12  # planar detection: the tolerance of the builder's own planar check
+# MuJoCo's enums (mjtJoint, mjtEq, mjtObj, mjtDisableBit), fixed in its C API.
+_FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
+_JOINT_KINDS = {_BALL: "spherical", _SLIDE: "prismatic", _HINGE: "revolute"}
+_WELD = 1
+_EQ_TYPES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
+_OBJ_BODY, _OBJ_SITE = 1, 6
+_DSBL_CONSTRAINT, _DSBL_EQUALITY, _DSBL_GRAVITY = 1, 2, 128
+
+
+def load_mjcf(source: str | os.PathLike | mujoco.MjModel, planar: bool | None = None) -> Mechanism:
+    """Build a `Mechanism` from MJCF: a file path, the XML text itself (a string starting with
+    ``<``) or a compiled ``mujoco.MjModel``. See the module docstring for the mapping. ``planar``:
+    None detects it, True or False forces it."""
+    model = _compile(source)
+    _refuse_unsupported(model)
+    frames = _frames(model)
+    joints, massless = _tree_joints(model, frames)
+    cuts = _cut_joints(model, frames)
+    gravity = np.zeros(3) if model.opt.disableflags & _DSBL_GRAVITY else model.opt.gravity.copy()
+    misfit = _planar_misfit(joints + cuts, gravity)
+    if planar and misfit:
+        raise ValueError(f"the MJCF model is not planar: {misfit}")
+    normal = _plane_normal(model) if planar is None and misfit and cuts else None
+    if normal is not None:
+        raise ValueError(
+            f"the mechanism moves in planes normal to {normal.round(12).tolist()}, but "
+            f"{misfit}: built as a spatial model its loop constraints would be redundant. Draw "
+            "planar mechanisms in the xy-plane (hinge axes along z, gravity in the plane), or "
+            "pass planar=False to build it spatially anyway"
+        )
+    planar = misfit is None if planar is None else planar
+    builder = MechanismBuilder(planar=planar, gravity=gravity)
+    for name, (mass, com, inertia) in _inertias(model, frames).items():
+        builder.add_body(name, mass=mass, com=com, inertia=inertia)
+    for name in massless:
+        builder.add_frame(name)
+    for spec in joints + cuts:
+        if spec["kind"] == "connect":
+            spec = {**spec, "kind": "revolute" if planar else "spherical"}
+        builder.add_joint(**spec)
+    q0 = {
+        _name(model, "joint", j): model.qpos0[model.jnt_qposadr[j]]
+        for j in range(model.njnt)
+        if model.jnt_type[j] in (_SLIDE, _HINGE)
+    }
+    return builder.build(q0=q0)
+
+
+def _compile(source):
+    try:
+        import mujoco
+    except ImportError as err:
+        raise ImportError("load_mjcf reads MJCF with MuJoCo's parser: pip install mujoco") from err
+    if isinstance(source, mujoco.MjModel):
+        return source
+    if isinstance(source, str) and source.lstrip().startswith("<"):
+        load, what, arg = mujoco.MjModel.from_xml_string, "the MJCF text", source
+    else:
+        arg = os.fspath(source)
+        if not os.path.isfile(arg):
+            raise FileNotFoundError(f"no MJCF file at {arg!r}")
+        load, what = mujoco.MjModel.from_xml_path, repr(arg)
+    try:
+        return load(arg)
+    except ValueError as err:
+        raise ValueError(f"MuJoCo could not compile {what}: {err}") from err
+
+
+def _name(model, kind, i):
+    """MuJoCo's name of element ``i`` of ``kind`` ("body", "joint", ...), or ``<kind><i>``."""
+    import mujoco
+
+    if kind == "body" and i == 0:
+        return GROUND
+    return (
+        mujoco.mj_id2name(model, getattr(mujoco.mjtObj, f"mjOBJ_{kind.upper()}"), i) or f"{kind}{i}"
+    )
+
+
+def _refuse_unsupported(model):
+    """Raise a ValueError naming the first element loopdyn cannot represent."""
+    for kind, count, why in (
+        ("tendon", model.ntendon, "tendons are not supported"),
+        ("flex", model.nflex, "deformable bodies are not supported"),
+        ("pair", model.npair, "loopdyn has no contact; remove <contact><pair>"),
+    ):
+        if count:
+            raise ValueError(f"{kind} {_name(model, kind, 0)!r}: {why}")
+    if model.opt.density or model.opt.viscosity or np.any(model.opt.wind):
+        raise ValueError("option density/viscosity/wind: fluid forces are not supported")
+    for b in range(1, model.nbody):
+        if model.body_mocapid[b] >= 0 or model.body_gravcomp[b]:
+            what = "is a mocap body" if model.body_mocapid[b] >= 0 else "has gravcomp"
+            raise ValueError(f"body {_name(model, 'body', b)!r} {what}: not supported")
+    for j in range(model.njnt):
+        _refuse_joint(model, j)
+    if model.neq and model.opt.disableflags & (_DSBL_CONSTRAINT | _DSBL_EQUALITY):
+        raise ValueError(
+            "equality constraints are disabled by <flag>: loopdyn cannot switch them off"
+        )
+    for e in range(model.neq):
+        name, kind = _name(model, "equality", e), _EQ_TYPES[model.eq_type[e]]
+        if kind not in ("connect", "weld"):
+            raise ValueError(
+                f"equality {name!r}: a {kind} constraint is not supported "
+                "(only connect and weld become cut joints)"
+            )
+        if not model.eq_active0[e]:
+            raise ValueError(f"equality {name!r} is inactive: loopdyn cannot switch constraints")
+        if model.eq_objtype[e] not in (_OBJ_BODY, _OBJ_SITE):
+            raise ValueError(f"equality {name!r}: only bodies or sites can be constrained")
+    for a in range(model.nu):
+        _refuse_actuator(model, a)
+
+
+def _refuse_joint(model, j):
+    name, kind = _name(model, "joint", j), model.jnt_type[j]
+    if kind == _FREE:
+        raise ValueError(
+            f"joint {name!r} (body {_name(model, 'body', model.jnt_bodyid[j])!r}) is a "
+            "free joint: loopdyn mechanisms hang from the ground"
+        )
+    dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + (3 if kind == _BALL else 1))
+    if np.any(model.jnt_limited[j]):
+        warnings.warn(f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
+                      "they are ignored", stacklevel=3)
+    for what, fields, index in (
+        ("stiffness", ("jnt_stiffness", "jnt_stiffnesspoly"), j),
+        ("damping", ("dof_damping", "dof_dampingpoly"), dofs),
+        ("armature", ("dof_armature",), dofs),
+        ("frictionloss", ("dof_frictionloss",), dofs),
+    ):
+        if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f)):
+            raise ValueError(f"joint {name!r} has {what}: not supported by loopdyn, remove it")
+
+
+def _refuse_actuator(model, a):
+    name = _name(model, "actuator", a)
+    if model.actuator_trntype[a] != 0:  # mjTRN_JOINT
+        raise ValueError(f"actuator {name!r}: only actuators on a joint are supported")
+    if (model.actuator_dyntype[a], model.actuator_gaintype[a], model.actuator_biastype[a]) != (
+        0,
+        0,
+        0,
+    ):
+        raise ValueError(
+            f"actuator {name!r} is not a motor (it has activation dynamics, a "
+            "variable gain or a bias, like position/velocity servos): not supported"
+        )
+    if any(
+        np.any(getattr(model, f)[a])
+        for f in ("actuator_armature", "actuator_damping")
+        if hasattr(model, f)
+    ):  # fields of MuJoCo >= 4
+        raise ValueError(f"actuator {name!r} has armature or damping: not supported")
+    j = model.actuator_trnid[a, 0]
+    if model.jnt_type[j] not in (_SLIDE, _HINGE):
+        raise ValueError(
+            f"actuator {name!r} drives the ball joint {_name(model, 'joint', j)!r}: "
+            "only hinge and slide joints can be actuated"
+        )
+
+
+def _quat_matrix(quat):
+    w, x, y, z = np.asarray(quat, dtype=np.float64) / np.linalg.norm(quat)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _axis_angle(axis, angle):
+    k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return np.eye(3) + np.sin(angle) * k + (1 - np.cos(angle)) * (k @ k)
+
+
+def _place(model, frames, b):
+    """Body ``b``'s frame in the loopdyn body its parent belongs to: (name, rotation, origin)."""
+    owner, rotation, origin = frames[model.body_parentid[b]]
+    return owner, rotation @ _quat_matrix(model.body_quat[b]), origin + rotation @ model.body_pos[b]
+
+
+def _frames(model):
+    """For every MuJoCo body: the loopdyn body it belongs to and its frame's pose there."""
+    frames = [(GROUND, np.eye(3), np.zeros(3))]
+    for b in range(1, model.nbody):  # parents come first in MuJoCo's body order
+        moving = model.body_jntnum[b] > 0
+        frames.append(
+            (_name(model, "body", b), np.eye(3), np.zeros(3))
+            if moving
+            else _place(model, frames, b)
+        )
+    return frames
+
+
+def _inertias(model, frames):
+    """Mass, centre of mass and inertia about it of every moving body, its welded bodies merged."""
+    parts = {}
+    for b in range(1, model.nbody):
+        owner, rotation, origin = frames[b]
+        if owner != GROUND:
+            turn = rotation @ _quat_matrix(model.body_iquat[b])
+            parts.setdefault(owner, []).append(
+                (
+                    model.body_mass[b],
+                    origin + rotation @ model.body_ipos[b],
+                    turn @ np.diag(model.body_inertia[b]) @ turn.T,
+                )
+            )
+    merged = {}
+    for owner, items in parts.items():
+        mass = sum(m for m, _, _ in items)
+        com = sum(m * c for m, c, _ in items) / mass
+        inertia = sum(
+            i + m * (np.dot(c - com, c - com) * np.eye(3) - np.outer(c - com, c - com))
+            for m, c, i in items
+        )
+        merged[owner] = (mass, com, (inertia + inertia.T) / 2)
+    return merged
+
+
+def _tree_joints(model, frames):
+    """Keyword arguments of `MechanismBuilder.add_joint` for every MuJoCo joint, in body order,
+    and the names of the massless bodies between the joints of multi-joint bodies."""
+    actuated = {model.actuator_trnid[a, 0] for a in range(model.nu)}
+    specs, massless = [], []
+    for b in range(1, model.nbody):
+        first, count = model.body_jntadr[b], model.body_jntnum[b]
+        if count == 0:
+            continue
+        parent, rotation, origin = _place(model, frames, b)
+        body = frames[b][0]
+        links = [parent] + [f"{body}[{k}]" for k in range(count - 1)] + [body]
+        massless += links[1:-1]
+        for k, j in enumerate(range(first, first + count)):
+            kind, axis, anchor = model.jnt_type[j], model.jnt_axis[j], model.jnt_pos[j]
+            ref = model.qpos0[model.jnt_qposadr[j]] if kind != _BALL else 0.0
+            # Turn (hinge) or shift (slide) the parent's joint frame by -ref: q = qpos.
+            specs.append(
+                {
+                    "name": _name(model, "joint", j),
+                    "kind": _JOINT_KINDS[kind],
+                    "parent": links[k],
+                    "child": links[k + 1],
+                    "axis": None if kind == _BALL else axis,
+                    "position": origin
+                    + rotation @ (anchor - axis * ref if kind == _SLIDE else anchor),
+                    "rotation": rotation @ _axis_angle(axis, -ref) if kind == _HINGE else rotation,
+                    "child_position": anchor,
+                    "actuated": j in actuated,
+                }
+            )
+            rotation, origin = np.eye(3), np.zeros(3)
+    return specs, massless
+
+
+def _cut_joints(model, frames):
+    """Keyword arguments of `MechanismBuilder.add_joint` for every equality constraint (kind
+    "connect" stands for spherical or planar revolute)."""
+    specs = []
+    for e in range(model.neq):
+        weld, data = model.eq_type[e] == _WELD, model.eq_data[e]
+        one, two = model.eq_obj1id[e], model.eq_obj2id[e]
+        if model.eq_objtype[e] == _OBJ_SITE:
+            bodies = model.site_bodyid[one], model.site_bodyid[two]
+            local = [(model.site_pos[s], _quat_matrix(model.site_quat[s])) for s in (one, two)]
+        elif weld:  # body1's frame (relpos, relquat) meets body2's anchor (MuJoCo's eq_data)
+            bodies, local = (
+                (one, two),
+                [(data[3:6], _quat_matrix(data[6:10])), (data[0:3], np.eye(3))],
+            )
+        else:  # the anchor on body1 and its match on body2
+            bodies, local = (one, two), [(data[0:3], np.eye(3)), (data[3:6], np.eye(3))]
+        ends = []
+        for b, (position, turn) in zip(bodies, local):
+            owner, rotation, origin = frames[b]
+            ends.append(
+                (owner, origin + rotation @ position, rotation @ turn if weld else rotation)
+            )
+        (body_a, position_a, rotation_a), (body_b, position_b, rotation_b) = ends
+        name = _name(model, "equality", e)
+        if body_a == body_b:
+            raise ValueError(
+                f"equality {name!r} ties bodies {[_name(model, 'body', b) for b in bodies]} "
+                f"that are welded together (into {body_a!r}): it constrains nothing"
+            )
+        specs.append(
+            {
+                "name": name,
+                "kind": "weld" if weld else "connect",
+                "parent": body_a,
+                "child": body_b,
+                "position": position_a,
+                "rotation": rotation_a,
+                "child_position": position_b,
+                "child_rotation": rotation_b,
+                "cut": True,
+            }
+        )
+    return specs
+
+
+def _plane_normal(model):
+    """The common direction of all hinge axes at ``qpos0`` when every slide is perpendicular to it
+    and there is no ball joint (the mechanism moves in parallel planes), else None."""
+    rotation = [np.eye(3)]
+    for b in range(1, model.nbody):
+        rotation.append(rotation[model.body_parentid[b]] @ _quat_matrix(model.body_quat[b]))
+    world = [rotation[model.jnt_bodyid[j]] @ model.jnt_axis[j] for j in range(model.njnt)]
+    hinges = [a for a, kind in zip(world, model.jnt_type) if kind == _HINGE]
+    if _BALL in model.jnt_type or not hinges:
+        return None
+    normal = hinges[0]
+    in_planes = all(np.linalg.norm(np.cross(a, normal)) < 1e-9 for a in hinges) and all(
+        abs(a @ normal) < 1e-9 for a, kind in zip(world, model.jnt_type) if kind == _SLIDE
+    )
+    return normal if in_planes else None
+
+
+def _planar_misfit(specs, gravity):
+    """Why the joints (builder keyword arguments) and gravity are not planar, or None."""
+    z = np.array([0.0, 0.0, 1.0])
+    if abs(gravity[2]) > _TOL:
+        return f"gravity {gravity.tolist()} has a z component"
+    for s in specs:
+        name, kind = s["name"], s["kind"]
+        if kind == "spherical":
+            return f"joint {name!r} is a ball joint"
+        for key in ("rotation", "child_rotation"):
+            if key in s and not np.allclose(s[key] @ z, z, rtol=0.0, atol=_TOL):
+                return f"joint {name!r}: its frame turns out of the xy-plane"
+        if kind == "revolute" and abs(abs(s["axis"] @ z) - 1.0) > _TOL:
+            return f"hinge {name!r} has axis {s['axis'].tolist()}, not along z"
+        if kind == "prismatic" and abs(s["axis"] @ z) > _TOL:
+            return f"slide {name!r} has axis {s['axis'].tolist()}, not in the xy-plane"
+    return None

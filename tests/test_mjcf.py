@@ -1,0 +1,483 @@
+"""MJCF import: loaded mechanisms against MuJoCo's own kinematics, constraint gaps and dynamics, and
+against the same mechanisms built with `MechanismBuilder`."""
+
+import pathlib
+import re
+
+import equinox as eqx
+import jax
+import mujoco
+import numpy as np
+import pytest
+
+from loopdyn import kinematics, tree
+from loopdyn.io.mjcf import load_mjcf
+from loopdyn.mechanism import MechanismBuilder
+
+DATA = pathlib.Path(__file__).parent / "data"
+TOL = 1e-12
+
+
+# ---------------------------------------------------------------- references built by hand
+
+
+def fourbar_reference():
+    """tests/data/fourbar.xml, built with the builder from the numbers in its comment."""
+    b = MechanismBuilder(planar=True, gravity=(0.0, -9.81, 0.0))
+    b.add_body("crank", 1.0, com=(0.15, 0.2, 0.0), inertia=(0.01, 0.01, 0.02))
+    b.add_body("coupler", 2.0, com=(0.4, 0.0, 0.0), inertia=(0.05, 0.06, 0.11))
+    b.add_body("rocker", 1.5, com=(0.2, 0.0, 0.0), inertia=(0.02, 0.02, 0.04))
+    b.add_joint("theta1", "revolute", "ground", "crank", actuated=True)
+    b.add_joint("theta2", "revolute", "crank", "coupler", position=(0.3, 0.4, 0.0))
+    b.add_joint(
+        "theta3",
+        "revolute",
+        "ground",
+        "rocker",
+        axis=(0, 0, -1),
+        position=(1.1, 0, 0),
+        rotation=np.pi / 2,
+    )
+    b.add_joint(
+        "B",
+        "revolute",
+        "coupler",
+        "rocker",
+        position=(0.8, 0, 0),
+        child_position=(0.4, 0, 0),
+        cut=True,
+    )
+    return b.build()
+
+
+def three_rrr_reference():
+    """tests/data/three_rrr.xml from its documented geometry: base pivots at radius 0.8 m, the
+    platform centred at the origin, proximal links turned by beta from the inward direction."""
+    rp = 0.4 / np.sqrt(3.0)
+    d = 0.8 - rp
+    beta = np.arccos((0.4**2 + d**2 - 0.6**2) / (2 * 0.4 * d))
+    b = MechanismBuilder(planar=True, gravity=(0.0, -9.81, 0.0))
+    for i in range(3):
+        b.add_body(f"proximal{i + 1}", 3.0, com=(0.2, 0, 0), inertia=0.04)
+        b.add_body(f"distal{i + 1}", 4.0, com=(0.3, 0, 0), inertia=0.12)
+        if i == 0:
+            b.add_body("platform", 8.0, com=(0, 0, 0), inertia=0.0817)
+    vertices = []
+    for i in range(3):
+        alpha = -np.pi / 2 + 2 * np.pi * i / 3
+        u = np.array([np.cos(alpha), np.sin(alpha), 0.0])
+        theta = alpha + np.pi + beta
+        elbow = 0.8 * u + 0.4 * np.array([np.cos(theta), np.sin(theta), 0.0])
+        gap = rp * u - elbow
+        phi = np.arctan2(gap[1], gap[0])
+        vertices.append(rp * u)
+        prox, dist = f"proximal{i + 1}", f"distal{i + 1}"
+        b.add_joint(
+            f"theta{i + 1}",
+            "revolute",
+            "ground",
+            prox,
+            position=0.8 * u,
+            rotation=theta,
+            actuated=True,
+        )
+        b.add_joint(
+            f"theta{i + 4}", "revolute", prox, dist, position=(0.4, 0, 0), rotation=phi - theta
+        )
+        if i == 0:
+            b.add_joint(
+                "theta7",
+                "revolute",
+                dist,
+                "platform",
+                position=(0.6, 0, 0),
+                rotation=-phi,
+                child_position=vertices[0],
+            )
+    for i in (1, 2):
+        b.add_joint(
+            f"C{i + 1}",
+            "revolute",
+            f"distal{i + 1}",
+            "platform",
+            position=(0.6, 0, 0),
+            child_position=vertices[i],
+            cut=True,
+        )
+    return b.build()
+
+
+# ---------------------------------------------------------------- loopdyn and MuJoCo side by side
+
+
+@eqx.filter_jit
+def loopdyn_kinematics(mech, qs, jacobian=False):
+    """Body poses, Phi and (optionally) J at a batch of configurations: one compile per model."""
+
+    def one(q):
+        rotation, position = tree.forward_kinematics(mech, q)
+        jac = kinematics.loop_jacobian(mech, q) if jacobian else None
+        return rotation, position, kinematics.loop_residual(mech, q), jac
+
+    return jax.vmap(one)(qs)
+
+
+@eqx.filter_jit
+def loopdyn_dynamics(mech, qs, qds):
+    return jax.vmap(lambda q, qd: (tree.mass_matrix(mech, q), tree.bias_forces(mech, q, qd)))(
+        qs, qds
+    )
+
+
+def mujoco_id(model, kind, name):
+    """MuJoCo's id of a named element, or of a generated name ``<kind><id>``."""
+    i = mujoco.mj_name2id(model, getattr(mujoco.mjtObj, f"mjOBJ_{kind.upper()}"), name)
+    if i < 0 and name.startswith(kind) and name[len(kind) :].isdigit():
+        i = int(name[len(kind) :])
+    return i
+
+
+def euler_quat(angles):
+    """MuJoCo quaternion of the builder's spherical chain: rotations about x, then y, then z."""
+    quat = np.array([1.0, 0.0, 0.0, 0.0])
+    for axis, angle in zip(np.eye(3), angles):
+        turn = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
+        mujoco.mju_mulQuat(quat, quat.copy(), turn)
+    return quat
+
+
+def qpos_qvel(model, mech, q, qd):
+    """MuJoCo's state for loopdyn's (q, qd): hinge and slide coordinates are qpos entries; ball
+    joints become quaternions (qd of ball joints is not mapped: only hinge/slide models use it)."""
+    qpos, qvel = model.qpos0.copy(), np.zeros(model.nv)
+    for k, name in enumerate(mech.coordinate_names):
+        joint, _, rest = name.partition("[")
+        j = mujoco_id(model, "joint", joint)
+        if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
+            if rest == "0]":
+                qpos[model.jnt_qposadr[j] : model.jnt_qposadr[j] + 4] = euler_quat(q[k : k + 3])
+        else:
+            qpos[model.jnt_qposadr[j]] = q[k]
+            qvel[model.jnt_dofadr[j]] = qd[k]
+    return qpos, qvel
+
+
+def mujoco_forward(model, qpos, qvel):
+    data = mujoco.MjData(model)
+    data.qpos[:], data.qvel[:] = qpos, qvel
+    mujoco.mj_forward(model, data)
+    return data
+
+
+def equality_gap(model, data, e):
+    """MuJoCo's constraint violation rows of equality ``e`` (connect: body1 point minus body2
+    point, world axes; weld: then the orientation error)."""
+    rows = (data.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY) & (data.efc_id == e)
+    return data.efc_pos[rows]
+
+
+def cut_frames(mech, rotation, position, c):
+    """World rotation and origin of cut joint c's frames on its bodies a and b."""
+    cut, frames = mech.cut_joints[c], []
+    for body, r, p in (
+        (cut.body_a, mech.cut_rotation_a[c], mech.cut_position_a[c]),
+        (cut.body_b, mech.cut_rotation_b[c], mech.cut_position_b[c]),
+    ):
+        rb, pb = (np.eye(3), np.zeros(3)) if body < 0 else (rotation[body], position[body])
+        frames.append((rb @ r, pb + rb @ p))
+    return frames
+
+
+def assert_poses_match_mujoco(model, mech, rotation, position, data):
+    """Every loopdyn body that is a MuJoCo body sits where MuJoCo puts it."""
+    compared = 0
+    for i, name in enumerate(mech.body_names):
+        b = mujoco_id(model, "body", name)
+        if b >= 0:
+            np.testing.assert_allclose(rotation[i], data.xmat[b].reshape(3, 3), atol=TOL, rtol=0)
+            np.testing.assert_allclose(position[i], data.xpos[b], atol=TOL, rtol=0)
+            compared += 1
+    return compared
+
+
+def assert_dynamics_match_mujoco(model, mech, dofs, qs, qds):
+    """Tree mass matrix and bias forces (Coriolis, centrifugal, gravity) against MuJoCo's."""
+    mass, bias = map(np.asarray, loopdyn_dynamics(mech, qs, qds))
+    for k in range(len(qs)):
+        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        full = np.zeros((model.nv, model.nv))
+        mujoco.mj_fullM(model, data, full)
+        np.testing.assert_allclose(mass[k], full[np.ix_(dofs, dofs)], atol=1e-12, rtol=1e-12)
+        np.testing.assert_allclose(bias[k], data.qfrc_bias[dofs], atol=1e-12, rtol=1e-12)
+    assert abs(bias).max() > 1.0
+
+
+def random_states(mech, count, seed):
+    """``count`` random (q, qd), the first one at ``q0``, at rest."""
+    rng = np.random.default_rng(seed)
+    qs = np.asarray(mech.q0) + rng.uniform(-1.0, 1.0, size=(count, mech.num_bodies))
+    qds = rng.normal(size=(count, mech.num_bodies))
+    qs[0], qds[0] = mech.q0, 0.0
+    return qs, qds
+
+
+# ---------------------------------------------------------------- planar closed loops
+
+
+@pytest.mark.parametrize(
+    "name, reference, dynamics",
+    [("fourbar", fourbar_reference, True), ("three_rrr", three_rrr_reference, False)],
+)
+def test_planar_loops_match_builder_and_mujoco(name, reference, dynamics):
+    path = DATA / f"{name}.xml"
+    mech, ref = load_mjcf(path), reference()
+    model = mujoco.MjModel.from_xml_path(str(path))
+    assert mech.planar
+    for field in ("body_names", "parent", "coordinate_names", "actuator_names", "cut_joints"):
+        assert getattr(mech, field) == getattr(ref, field), field
+    for field in ("mass", "com", "inertia", "gravity", "q0"):
+        np.testing.assert_allclose(getattr(mech, field), getattr(ref, field), atol=TOL, rtol=0)
+
+    qs, qds = random_states(mech, 5, seed=1)
+    rot, pos, phi, jac = map(np.asarray, loopdyn_kinematics(mech, qs, jacobian=True))
+    rot_ref, pos_ref, phi_ref, jac_ref = map(np.asarray, loopdyn_kinematics(ref, qs, jacobian=True))
+    for got, want in ((rot, rot_ref), (pos, pos_ref), (phi, phi_ref), (jac, jac_ref)):
+        np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+    np.testing.assert_allclose(phi[0], 0.0, atol=TOL)  # the files draw the loops closed at q0
+    assert abs(phi).max() > 1e-2  # random configurations open the loops: the comparison bites
+
+    dofs = [model.jnt_dofadr[mujoco_id(model, "joint", c)] for c in mech.coordinate_names]
+    for k in range(len(qs)):
+        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == mech.num_bodies
+        gaps = np.concatenate([equality_gap(model, data, e) for e in range(model.neq)])
+        # loopdyn's planar revolute rows are (p_b - p_a)_{x,y}; MuJoCo's connect rows p_1 - p_2.
+        np.testing.assert_allclose(phi[k], -gaps.reshape(-1, 3)[:, :2].ravel(), atol=TOL, rtol=0)
+    if dynamics:  # planar tree dynamics against MuJoCo's spatial ones
+        assert_dynamics_match_mujoco(model, mech, dofs, qs, qds)
+
+
+def test_sources_path_text_and_model_agree():
+    path = DATA / "fourbar.xml"
+    variants = [
+        load_mjcf(str(path)),
+        load_mjcf(path.read_text()),
+        load_mjcf(mujoco.MjModel.from_xml_path(str(path))),
+    ]
+    base = load_mjcf(path)
+    for mech in variants:
+        assert mech.body_names == base.body_names and mech.cut_joints == base.cut_joints
+        for a, b in zip(jax.tree.leaves(mech), jax.tree.leaves(base)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_planar_choice():
+    planar, spatial = load_mjcf(DATA / "fourbar.xml"), load_mjcf(DATA / "fourbar.xml", planar=False)
+    assert planar.planar and not spatial.planar
+    assert [c.kind for c in spatial.cut_joints] == ["spherical"]  # connect: revolute in the plane
+    for a, b in zip(jax.tree.leaves(planar), jax.tree.leaves(spatial)):  # same geometry and inertia
+        np.testing.assert_array_equal(a, b)
+    xy_gravity_z = (DATA / "fourbar.xml").read_text().replace('<option gravity="0 -9.81 0"/>', "")
+    xz_plane = """<mujoco><worldbody>
+        <body name="crank"><joint name="t1" axis="0 1 0"/><geom size="0.05"/>
+          <body name="coupler" pos="0.3 0 0.4"><joint name="t2" axis="0 1 0"/><geom size="0.05"/>
+          </body></body>
+        <body name="rocker" pos="1.1 0 0"><joint name="t3" axis="0 1 0"/><geom size="0.05"/></body>
+      </worldbody>
+      <equality><connect body1="coupler" body2="rocker" anchor="0.8 0 0"/></equality></mujoco>"""
+    for xml, normal in ((xy_gravity_z, "[0.0, 0.0, 1.0]"), (xz_plane, "[0.0, 1.0, 0.0]")):
+        with pytest.raises(ValueError, match=re.escape(f"moves in planes normal to {normal}")):
+            load_mjcf(xml)  # a planar loop would get a spatial cut joint with a vanishing row
+        assert [c.kind for c in load_mjcf(xml, planar=False).cut_joints] == ["spherical"]
+    with pytest.raises(ValueError, match=r"not planar: gravity \[0.5, -1.2, -9.81\]"):
+        load_mjcf(DATA / "serial.xml", planar=True)
+    for body, joint, reason in (
+        ("", 'type="ball"', "joint 'j' is a ball joint"),
+        ("", 'axis="0 1 0"', "hinge 'j' has axis"),
+        ("", 'type="slide" axis="0 0.6 0.8"', "slide 'j' has axis"),
+        ('euler="90 0 0"', 'axis="0 1 0"', "joint 'j': its frame turns out of the xy-plane"),
+    ):  # the last hinge axis is along world z, but the body frame is not in the plane
+        xml = f"""<mujoco><option gravity="0 -9.81 0"/><worldbody><body {body}>
+                  <joint name="j" {joint}/><geom size="0.1"/></body></worldbody></mujoco>"""
+        assert load_mjcf(xml).planar is False
+        with pytest.raises(ValueError, match=f"not planar: {reason}"):
+            load_mjcf(xml, planar=True)
+
+
+# ---------------------------------------------------------------- spatial models
+
+
+def test_serial_dynamics_match_mujoco():
+    path = DATA / "serial.xml"
+    mech, model = load_mjcf(path), mujoco.MjModel.from_xml_path(str(path))
+    assert not mech.planar
+    # "mount" (welded to the world) and "tool" (welded to forearm) are merged; the massless
+    # "forearm[0]" carries the first of forearm's two joints; unnamed elements get their ids.
+    assert mech.body_names == ("upper", "forearm[0]", "forearm", "body5", "side")
+    assert mech.coordinate_names == ("shoulder", "elbow", "extend", "joint3", "rail")
+    assert set(mech.actuator_names) == {"shoulder", "rail"}
+    dofs = [model.jnt_dofadr[mujoco_id(model, "joint", c)] for c in mech.coordinate_names]
+    np.testing.assert_allclose(mech.q0, model.qpos0[dofs], atol=0, rtol=0)  # refs: 20 deg, 0.05
+    np.testing.assert_allclose(mech.gravity, model.opt.gravity, atol=0, rtol=0)
+    np.testing.assert_allclose(
+        float(mech.mass.sum()), model.body_subtreemass[0] - model.body_mass[1], rtol=1e-14
+    )
+
+    qs, qds = random_states(mech, 5, seed=2)
+    rot, pos, _, _ = map(np.asarray, loopdyn_kinematics(mech, qs))
+    for k in range(len(qs)):
+        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == 4
+    assert_dynamics_match_mujoco(model, mech, dofs, qs, qds)
+
+
+def test_rssr_ball_joint_and_spherical_cut_match_mujoco():
+    path = DATA / "rssr.xml"
+    mech, model = load_mjcf(path), mujoco.MjModel.from_xml_path(str(path))
+    assert mech.coordinate_names == ("crank", "ball[0]", "ball[1]", "ball[2]", "rocker")
+    assert [(c.name, c.kind) for c in mech.cut_joints] == [("B", "spherical")]
+    qs, qds = random_states(mech, 5, seed=3)
+    rot, pos, phi, _ = map(np.asarray, loopdyn_kinematics(mech, qs))
+    np.testing.assert_allclose(phi[0], 0.0, atol=TOL)  # closed at q0
+    for k in range(len(qs)):
+        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == 3
+        np.testing.assert_allclose(phi[k], -equality_gap(model, data, 0), atol=TOL, rtol=0)
+    assert abs(phi).max() > 1e-2
+
+
+EQUALITIES = """
+<mujoco>
+  <worldbody>
+    <body name="post" pos="0.4 0.4 0" euler="0 30 0">
+      <site name="top" pos="0 0 0.5" euler="0 0 45"/>
+    </body>
+    <body name="a" pos="0.1 0.2 0.3" euler="10 20 30">
+      <joint name="a1" axis="0 1 1"/> <joint name="a2" type="slide" axis="1 0 0"/>
+      <joint name="a3" axis="1 0 0" pos="0.1 0 0"/>
+      <geom size="0.1"/> <site name="s1" pos="0.3 0.1 0.2" euler="40 0 10"/>
+    </body>
+    <body name="b" pos="0.5 -0.2 0.1" euler="-20 5 60">
+      <joint name="b1" axis="1 0 0"/> <joint name="b2" axis="0 1 0"/>
+      <joint name="b3" axis="0 0 1"/>
+      <geom size="0.1"/> <site name="s2" pos="0.1 0.4 -0.2" euler="0 30 0"/>
+      <body name="b_tip" pos="0 0 0.3" euler="0 0 20"><geom size="0.05"/></body>
+    </body>
+  </worldbody>
+  <equality>
+    <weld name="w" body1="a" body2="b_tip" anchor="0.1 0.2 0.3"/>
+    <weld name="w_rel" body1="a" body2="b" anchor="0.1 0.2 0.3"
+          relpose="0.3 0.2 0.1 0.5 0.5 0.5 0.5"/>
+    <weld site1="s1" site2="s2"/>
+    <connect name="c_sites" site1="s1" site2="s2"/>
+    <connect name="c_post" site1="s2" site2="top"/>
+  </equality>
+</mujoco>
+"""
+
+
+def test_weld_and_connect_frames_match_mujoco():
+    model = mujoco.MjModel.from_xml_string(EQUALITIES)
+    mech = load_mjcf(EQUALITIES)
+    assert not mech.planar
+    assert [(c.name, c.kind) for c in mech.cut_joints] == [
+        ("w", "weld"),
+        ("w_rel", "weld"),
+        ("equality2", "weld"),
+        ("c_sites", "spherical"),
+        ("c_post", "spherical"),
+    ]
+    b_tip_on_b = mech.cut_joints[0].body_b == mech.body_index("b")  # b_tip is merged into b
+    assert b_tip_on_b and mech.cut_joints[4].body_b == -1  # the post is part of the ground
+    qs, qds = random_states(mech, 4, seed=4)
+    rot, pos, phi, _ = map(np.asarray, loopdyn_kinematics(mech, qs))
+    for k in range(len(qs)):
+        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == 2
+        for c, cut in enumerate(mech.cut_joints):
+            gap = equality_gap(model, data, c)
+            (rot_a, pos_a), (rot_b, pos_b) = cut_frames(mech, rot[k], pos[k], c)
+            np.testing.assert_allclose(pos_a - pos_b, gap[:3], atol=TOL, rtol=0)
+            row = mech.topology.row_slices[c][0]
+            np.testing.assert_allclose(phi[k, row : row + 3], -gap[:3], atol=TOL, rtol=0)
+            if cut.kind == "weld":  # MuJoCo: vector part of the quaternion of R_b^T R_a (+-)
+                quat = np.zeros(4)
+                mujoco.mju_mat2Quat(quat, (rot_b.T @ rot_a).flatten())
+                sign = np.sign(quat[1:] @ gap[3:])
+                np.testing.assert_allclose(sign * quat[1:], gap[3:], atol=TOL, rtol=0)
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _model(worldbody="", extra=""):
+    return f"""<mujoco><worldbody>
+      <body name="arm">
+        <joint name="hinge"/><geom name="g1" size="0.1"/><site name="tip" pos="1 0 0"/>
+        <body name="hand" pos="1 0 0"><joint name="wrist"/><geom name="g2" size="0.1"/></body>
+      </body>
+      {worldbody}</worldbody>{extra}</mujoco>"""
+
+
+@pytest.mark.parametrize(
+    "xml, message",
+    [
+        (
+            _model('<body name="box"><freejoint name="floating"/><geom size="0.1"/></body>'),
+            "joint 'floating' (body 'box') is a free joint",
+        ),
+        (
+            _model(
+                extra='<tendon><fixed name="cable"><joint joint="hinge" coef="1"/></fixed></tendon>'
+            ),
+            "tendon 'cable': tendons are not supported",
+        ),
+        (
+            _model(
+                extra='<equality><joint name="couple" joint1="hinge" joint2="wrist"/></equality>'
+            ),
+            "equality 'couple': a joint constraint is not supported",
+        ),
+        (
+            _model(extra='<actuator><position name="servo" joint="hinge" kp="10"/></actuator>'),
+            "actuator 'servo' is not a motor",
+        ),
+        (
+            _model(extra='<actuator><motor name="pull" site="tip" gear="1 0 0 0 0 0"/></actuator>'),
+            "actuator 'pull': only actuators on a joint are supported",
+        ),
+        (
+            _model('<body name="limb"><joint name="knee" damping="0.1"/><geom size="0.1"/></body>'),
+            "joint 'knee' has damping",
+        ),
+        (
+            _model(extra='<contact><pair name="touch" geom1="g1" geom2="g2"/></contact>'),
+            "pair 'touch': loopdyn has no contact",
+        ),
+        (
+            _model(
+                '<body name="cap" pos="1 0 0"><geom size="0.1"/></body>',
+                '<equality><weld name="glue" body1="cap" body2="world"/></equality>',
+            ),
+            "equality 'glue' ties bodies",
+        ),
+    ],
+)
+def test_refuses_what_it_cannot_represent(xml, message):
+    mujoco.MjModel.from_xml_string(xml)  # MuJoCo itself accepts the model
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_mjcf(xml)
+
+
+def test_bad_sources():
+    with pytest.raises(FileNotFoundError, match="no MJCF file"):
+        load_mjcf(DATA / "missing.xml")
+    with pytest.raises(ValueError, match="MuJoCo could not compile the MJCF text"):
+        load_mjcf("<mujoco><worldbody><body><joint type='spiral'/></body></worldbody></mujoco>")
+
+
+def test_joint_limits_are_ignored_with_a_warning():
+    xml = _model('<body name="limb"><joint name="knee" range="-1 1"/><geom size="0.1"/></body>')
+    with pytest.warns(UserWarning, match="joint 'knee' has limits"):
+        mech = load_mjcf(xml)
+    assert "knee" in mech.coordinate_names
