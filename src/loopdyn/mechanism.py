@@ -266,14 +266,14 @@ class MechanismBuilder:
         if axis.shape != (3,) or not np.all(np.isfinite(axis)) or np.linalg.norm(axis) < 1e-12:
             raise ValueError(f"joint {name!r}: axis must be a finite non-zero 3-vector, got {axis.tolist()}")
         axis = axis / np.linalg.norm(axis)
-        common = dict(
-            parent=parent, child=child, axis=axis,
-            position=_vector(position, 3, f"joint {name!r}: position"),
-            rotation=_rotation(rotation, f"joint {name!r}: rotation"),
-            child_position=_vector(child_position, 3, f"joint {name!r}: child_position"),
-            child_rotation=_rotation(child_rotation, f"joint {name!r}: child_rotation"),
-            cut=bool(cut) or child == GROUND or self._has_tree_joint(child),
-        )
+        common = {
+            "parent": parent, "child": child, "axis": axis,
+            "position": _vector(position, 3, f"joint {name!r}: position"),
+            "rotation": _rotation(rotation, f"joint {name!r}: rotation"),
+            "child_position": _vector(child_position, 3, f"joint {name!r}: child_position"),
+            "child_rotation": _rotation(child_rotation, f"joint {name!r}: child_rotation"),
+            "cut": bool(cut) or child == GROUND or self._has_tree_joint(child),
+        }
         if actuated and (common["cut"] or kind not in TREE_KINDS):
             raise ValueError(f"joint {name!r}: only revolute or prismatic tree joints can be actuated")
         if kind in CHAIN_AXES and not common["cut"]:
