@@ -2,9 +2,13 @@
 and random planar trees built as planar or spatial loopdyn Mechanisms."""
 
 import numpy as np
-import pinocchio as pin
 
 import loopdyn
+
+try:
+    import pinocchio as pin
+except ImportError:  # a machine without the reference (e.g. the GPU benchmark host)
+    pin = None
 
 
 def random_rotation(rng):
@@ -35,10 +39,7 @@ def random_tree(n, seed, serial=False, prismatic_share=0.3, child_frames=False):
     random (otherwise it is the body frame). Returns (mechanism, pinocchio model)."""
     rng = np.random.default_rng(seed)
     builder = loopdyn.MechanismBuilder(gravity=rng.normal(size=3) * 5)
-    model = pin.Model()
-    model.gravity.linear = builder.gravity.copy()
-    names, path = ["ground"], [0]
-    body_in_joint = [pin.SE3.Identity()]  # each body frame in its joint frame (Pinocchio's frame)
+    names, path, joints = ["ground"], [0], []
     for i in range(n):
         parent, path = _path_parent(rng, i, path, serial)
         kind = "prismatic" if rng.uniform() < prismatic_share else "revolute"
@@ -63,6 +64,41 @@ def random_tree(n, seed, serial=False, prismatic_share=0.3, child_frames=False):
             child_rotation=child_rotation,
         )
         names.append(name)
+        joints.append(
+            (
+                parent,
+                kind,
+                axis,
+                position,
+                rotation,
+                child_position,
+                child_rotation,
+                mass,
+                com,
+                inertia,
+            )
+        )
+    mech = builder.build()
+    return mech, None if pin is None else _pinocchio_model(mech, joints)
+
+
+def _pinocchio_model(mech, joints):
+    """The same tree in Pinocchio (its body frame is the joint frame; ours sits in it)."""
+    model = pin.Model()
+    model.gravity.linear = np.asarray(mech.gravity).copy()
+    body_in_joint = [pin.SE3.Identity()]  # each body frame in its joint frame (Pinocchio's frame)
+    for i, (
+        parent,
+        kind,
+        axis,
+        position,
+        rotation,
+        child_position,
+        child_rotation,
+        mass,
+        com,
+        inertia,
+    ) in enumerate(joints):
         body_in_joint.append(pin.SE3(child_rotation, child_position).inverse())
         joint = (
             pin.JointModelRevoluteUnaligned(axis)
@@ -72,7 +108,7 @@ def random_tree(n, seed, serial=False, prismatic_share=0.3, child_frames=False):
         placement = body_in_joint[parent] * pin.SE3(rotation, position)
         jid = model.addJoint(parent, joint, placement, f"j{i}")
         model.appendBodyToJoint(jid, pin.Inertia(mass, com, inertia), body_in_joint[-1])
-    return builder.build(), model
+    return model
 
 
 def random_planar_tree(n, seed, planar, serial=False, prismatic_share=0.3):

@@ -379,7 +379,9 @@ def test_refused_chain_leaves_no_frames_behind():
     for name in ("link", "S[2]"):
         b.add_body(name, 1.0, inertia=GOOD_INERTIA)
     b.add_joint("j2", "revolute", "ground", "S[2]")
-    with pytest.raises(ValueError, match=r"joint 'S': its spherical chain needs body name 'S\[2\]'"):
+    with pytest.raises(
+        ValueError, match=r"joint 'S': its spherical chain needs body name 'S\[2\]'"
+    ):
         b.add_joint("S", "spherical", "ground", "link")
     b.add_joint("j", "revolute", "ground", "link")
     assert b.build().body_names == ("S[2]", "link")

@@ -20,8 +20,11 @@ from loopdyn.mechanisms.parallel import ACTUATED, PASSIVE, PLATFORM
 @eqx.filter_jit
 def kinematics_at(mech, q):
     """``Phi``, ``J`` and the body poses at ``q``: one compilation per topology."""
-    return kinematics.loop_residual(mech, q), kinematics.loop_jacobian(mech, q), \
-        tree.forward_kinematics(mech, q)
+    return (
+        kinematics.loop_residual(mech, q),
+        kinematics.loop_jacobian(mech, q),
+        tree.forward_kinematics(mech, q),
+    )
 
 
 def residual(mech, q):
@@ -34,6 +37,7 @@ def jacobian(mech, q):
 
 def poses(mech, q):
     return kinematics_at(mech, q)[2]
+
 
 # name -> (factory, DOF)
 FACTORIES = {
@@ -115,9 +119,13 @@ def test_carpet_scraper_tables_and_geometry():
     np.testing.assert_allclose(j[1][:2], [0.0, 0.0], atol=1e-15)
     np.testing.assert_allclose(j[2][:2], [-0.089, 0.0], atol=1e-15)
     np.testing.assert_allclose(j[4][:2], [0.038, 0.410], atol=1e-15)
-    cuts = {c.name: (world_point(mech, q, c.body_a, mech.cut_position_a[i]),
-                     world_point(mech, q, c.body_b, mech.cut_position_b[i]))
-            for i, c in enumerate(mech.cut_joints)}
+    cuts = {
+        c.name: (
+            world_point(mech, q, c.body_a, mech.cut_position_a[i]),
+            world_point(mech, q, c.body_b, mech.cut_position_b[i]),
+        )
+        for i, c in enumerate(mech.cut_joints)
+    }
     assert [c.name for c in mech.cut_joints] == ["joint8", "joint9", "joint10"]
     b, c = cuts["joint8"][0], cuts["joint9"][0]
     np.testing.assert_allclose(cuts["joint10"][0], c, atol=1e-15)  # one pin: joints 9 and 10
@@ -127,8 +135,18 @@ def test_carpet_scraper_tables_and_geometry():
 
     arm6 = 2 * np.linalg.norm(mech.com[mech.body_index("arm6")])  # uniform: COM at mid-length
     np.testing.assert_allclose(
-        [dist(j[1], b), dist(j[2], j[3]), dist(b, c), dist(j[4], j[6]), dist(j[5], c), arm6,
-         dist(j[7], c)], SCRAPER_LENGTHS, rtol=1e-12)
+        [
+            dist(j[1], b),
+            dist(j[2], j[3]),
+            dist(b, c),
+            dist(j[4], j[6]),
+            dist(j[5], c),
+            arm6,
+            dist(j[7], c),
+        ],
+        SCRAPER_LENGTHS,
+        rtol=1e-12,
+    )
     np.testing.assert_allclose(dist(j[6], j[7]), 0.239, rtol=1e-12)
     np.testing.assert_allclose(dist(j[3], b), dist(j[3], c), rtol=1e-12)  # joint 3 mid-coupler
     np.testing.assert_allclose(dist(j[4], j[5]), 0.096, rtol=1e-12)
@@ -140,19 +158,37 @@ def scraper_appendix_jacobian(t):
     a2 c2 in row 2 of J22 (the printed one contradicts the row's a39 terms)."""
     a1, a2, a3, a39, a46, a59, a67, a97 = 0.038, 0.1152, 0.1152, 0.1152, 0.3346, 0.239, 0.239, 0.239
     a56 = a46 - 0.096
-    al = [None, t[0], t[1], pi + t[1] + t[2], t[3], t[4] + t[3] - 2 * pi, t[5] + t[3] - 2 * pi,
-          t[6] + t[5] + t[3] - 4 * pi]
+    al = [
+        None,
+        t[0],
+        t[1],
+        pi + t[1] + t[2],
+        t[3],
+        t[4] + t[3] - 2 * pi,
+        t[5] + t[3] - 2 * pi,
+        t[6] + t[5] + t[3] - 4 * pi,
+    ]
     s, c = [None] + [sin(x) for x in al[1:]], [None] + [cos(x) for x in al[1:]]
     jac = np.zeros((6, 7))
     jac[0:2, 0] = [a1 * s[1], a1 * c[1]]
     jac[0:2, 1:3] = [[-a2 * s[2] - a3 * s[3], -a3 * s[3]], [-a2 * c[2] - a3 * c[3], -a3 * c[3]]]
     jac[2:4, 1:3] = [[-a2 * s[2] + a39 * s[3], a39 * s[3]], [a2 * c[2] - a39 * c[3], -a39 * c[3]]]
-    jac[2:4, 3:5] = [[a59 * s[5] + (a46 - a56) * s[4], a59 * s[5]],
-                     [-a59 * c[5] - (a46 - a56) * c[4], -a59 * c[5]]]
-    jac[4, 3:7] = [-a46 * s[4] - a67 * s[6] - a97 * s[7] + a59 * s[5] + (a46 - a56) * s[4],
-                   a59 * s[5], -a67 * s[6] - a97 * s[7], -a97 * s[7]]
-    jac[5, 3:7] = [a46 * c[4] + a67 * c[6] + a97 * c[7] - a59 * c[5] - (a46 - a56) * c[4],
-                   -a59 * c[5], a67 * c[6] + a97 * c[7], a97 * c[7]]
+    jac[2:4, 3:5] = [
+        [a59 * s[5] + (a46 - a56) * s[4], a59 * s[5]],
+        [-a59 * c[5] - (a46 - a56) * c[4], -a59 * c[5]],
+    ]
+    jac[4, 3:7] = [
+        -a46 * s[4] - a67 * s[6] - a97 * s[7] + a59 * s[5] + (a46 - a56) * s[4],
+        a59 * s[5],
+        -a67 * s[6] - a97 * s[7],
+        -a97 * s[7],
+    ]
+    jac[5, 3:7] = [
+        a46 * c[4] + a67 * c[6] + a97 * c[7] - a59 * c[5] - (a46 - a56) * c[4],
+        -a59 * c[5],
+        a67 * c[6] + a97 * c[7],
+        a97 * c[7],
+    ]
     return jac
 
 
@@ -164,11 +200,17 @@ def test_carpet_scraper_jacobian_is_seed_000_appendix_a1(crank_angle):
     mech = mechanisms.carpet_scraper(crank_angle)
     jac = np.asarray(jacobian(mech, mech.q0))
     signs = np.array([1, -1, -1, -1, 1, 1])[:, None]
-    np.testing.assert_allclose(jac, signs * scraper_appendix_jacobian(np.asarray(mech.q0)),
-                               atol=1e-14)
+    np.testing.assert_allclose(
+        jac, signs * scraper_appendix_jacobian(np.asarray(mech.q0)), atol=1e-14
+    )
     top = mech.topology
     assert {b: top.block_shape(*b) for b in top.blocks} == {
-        (0, 0): (2, 1), (0, 1): (2, 2), (1, 1): (2, 2), (1, 2): (2, 4), (2, 2): (2, 4)}
+        (0, 0): (2, 1),
+        (0, 1): (2, 2),
+        (1, 1): (2, 2),
+        (1, 2): (2, 4),
+        (2, 2): (2, 4),
+    }
 
 
 def test_carpet_scraper_turns_a_full_revolution():
@@ -181,24 +223,31 @@ def test_carpet_scraper_turns_a_full_revolution():
 
 # --- 3-RRR (seed 004 §5.1, Table I; seed 000 §4.2, Tables 1-2, App. A.2) ----------------------
 
+
 def test_three_rrr_reproduces_seed_004_initial_state():
     """The closed configuration holding theta1-3 = pi/3, 4pi/3, 11pi/6 agrees with every printed
     number of seed 004 §5.1 to its last digit (0.5e-3)."""
     mech = built("three_rrr")
     q = mech.q0
-    np.testing.assert_array_equal(np.asarray(q)[list(mech.actuated)],
-                                  [pi / 3, 4 * pi / 3, 11 * pi / 6])
+    np.testing.assert_array_equal(
+        np.asarray(q)[list(mech.actuated)], [pi / 3, 4 * pi / 3, 11 * pi / 6]
+    )
     rotation, position = poses(mech, q)
     k = mech.body_index("platform3")
     centroid = np.asarray(position[k] + rotation[k] @ mech.com[k])
-    got = [wrapped(angle(mech, q, "distal2") - angle(mech, q, "proximal1")),
-           wrapped(angle(mech, q, "distal4") + pi - angle(mech, q, "proximal6")),
-           wrapped(angle(mech, q, "distal5") + pi - angle(mech, q, "proximal7")),
-           centroid[0], centroid[1], angle(mech, q, "platform3") % (2 * pi)]
+    got = [
+        wrapped(angle(mech, q, "distal2") - angle(mech, q, "proximal1")),
+        wrapped(angle(mech, q, "distal4") + pi - angle(mech, q, "proximal6")),
+        wrapped(angle(mech, q, "distal5") + pi - angle(mech, q, "proximal7")),
+        centroid[0],
+        centroid[1],
+        angle(mech, q, "platform3") % (2 * pi),
+    ]
     np.testing.assert_allclose(got, [*PASSIVE, *PLATFORM], rtol=0, atol=5e-4)
     # Seed 000 Table 2 prints the actuated angles as 1.04, 4.1883, 5.7637 (within 0.01 of ours).
-    np.testing.assert_allclose(np.asarray(q)[list(mech.actuated)], [1.04, 4.1883, 5.7637],
-                               atol=1e-2)
+    np.testing.assert_allclose(
+        np.asarray(q)[list(mech.actuated)], [1.04, 4.1883, 5.7637], atol=1e-2
+    )
 
 
 def test_three_rrr_base_triangle_is_determined_by_the_published_state():
@@ -211,35 +260,55 @@ def test_three_rrr_base_triangle_is_determined_by_the_published_state():
 
     vertex1 = np.array([x7, y7]) - 0.2 * e(t7) - 0.2 / math.sqrt(3) * e(t7 + pi / 2)
     vertices = [vertex1, vertex1 + 0.4 * e(t7), vertex1 + 0.4 * e(t7 + pi / 3)]
-    pivots = [v - 0.6 * e(t + r) - 0.4 * e(t)
-              for v, t, r in zip(vertices, (t1, t2, t3), (t4, t5, t6))]
+    pivots = [
+        v - 0.6 * e(t + r) - 0.4 * e(t) for v, t, r in zip(vertices, (t1, t2, t3), (t4, t5, t6))
+    ]
     np.testing.assert_allclose(pivots, [[0, 0], [1, 0], [0.5, math.sqrt(3) / 2]], atol=1e-3)
 
 
 def test_three_rrr_tables_and_seed_000_tree():
     mech = built("three_rrr")
-    assert mech.body_names == ("proximal1", "distal2", "platform3", "distal4", "distal5",
-                               "proximal6", "proximal7")
+    assert mech.body_names == (
+        "proximal1",
+        "distal2",
+        "platform3",
+        "distal4",
+        "distal5",
+        "proximal6",
+        "proximal7",
+    )
     np.testing.assert_array_equal(mech.mass, [3, 4, 8, 4, 4, 3, 3])
-    np.testing.assert_array_equal(mech.inertia[:, 2, 2],
-                                  [0.04, 0.12, 0.0817, 0.12, 0.12, 0.04, 0.04])
+    np.testing.assert_array_equal(
+        mech.inertia[:, 2, 2], [0.04, 0.12, 0.0817, 0.12, 0.12, 0.04, 0.04]
+    )
     q = mech.q0
-    pins = {c.name: world_point(mech, q, c.body_b, mech.cut_position_b[i])
-            for i, c in enumerate(mech.cut_joints)}
+    pins = {
+        c.name: world_point(mech, q, c.body_b, mech.cut_position_b[i])
+        for i, c in enumerate(mech.cut_joints)
+    }
     tips = {k: joint_point(mech, q, f"theta{k}") for k in (2, 3, 4, 5)}
     vertices = [tips[3], tips[4], tips[5]]
     sides = [np.linalg.norm(vertices[i] - vertices[i - 1]) for i in range(3)]
     np.testing.assert_allclose(sides, 0.4, rtol=1e-12)
-    np.testing.assert_allclose([np.linalg.norm(tips[2] - joint_point(mech, q, "theta1")),
-                                np.linalg.norm(tips[3] - tips[2]),
-                                np.linalg.norm(pins["joint6"] - tips[4]),
-                                np.linalg.norm(pins["joint6"] - joint_point(mech, q, "theta6")),
-                                np.linalg.norm(pins["joint7"] - tips[5])],
-                               [0.4, 0.6, 0.6, 0.4, 0.6], rtol=1e-12)
+    np.testing.assert_allclose(
+        [
+            np.linalg.norm(tips[2] - joint_point(mech, q, "theta1")),
+            np.linalg.norm(tips[3] - tips[2]),
+            np.linalg.norm(pins["joint6"] - tips[4]),
+            np.linalg.norm(pins["joint6"] - joint_point(mech, q, "theta6")),
+            np.linalg.norm(pins["joint7"] - tips[5]),
+        ],
+        [0.4, 0.6, 0.6, 0.4, 0.6],
+        rtol=1e-12,
+    )
     np.testing.assert_allclose(mech.gravity, [0, -9.81, 0])
     top = mech.topology
     assert {b: top.block_shape(*b) for b in top.blocks} == {
-        (0, 0): (2, 5), (0, 1): (2, 1), (1, 0): (2, 5), (1, 2): (2, 1)}  # seed 000 eq. 37
+        (0, 0): (2, 5),
+        (0, 1): (2, 1),
+        (1, 0): (2, 5),
+        (1, 2): (2, 1),
+    }  # seed 000 eq. 37
 
 
 def test_three_rrr_jacobian_is_seed_000_appendix_a2():
@@ -249,25 +318,53 @@ def test_three_rrr_jacobian_is_seed_000_appendix_a2():
     mech = built("three_rrr")
     t = np.concatenate([[0.0], np.asarray(mech.q0)])
     a, b, d = 0.4, 0.6, 0.4
-    al = {1: t[1], 2: t[6], 3: t[7], 4: t[1] + t[2], 5: t[1] + t[2] + t[3] + t[4] - pi,
-          6: t[1] + t[2] + t[3] + t[5] - (pi - pi / 3), 7: t[1] + t[2] + t[3]}
+    al = {
+        1: t[1],
+        2: t[6],
+        3: t[7],
+        4: t[1] + t[2],
+        5: t[1] + t[2] + t[3] + t[4] - pi,
+        6: t[1] + t[2] + t[3] + t[5] - (pi - pi / 3),
+        7: t[1] + t[2] + t[3],
+    }
     al[8] = al[7] + pi / 3  # alpha7'
     s, c = {k: sin(v) for k, v in al.items()}, {k: cos(v) for k, v in al.items()}
     seed = np.zeros((4, 7))
-    seed[0, :5] = [-a * s[1] - b * s[4] - d * s[7] + b * s[5], -b * s[4] - d * s[7] + b * s[5],
-                   -d * s[7] + b * s[5], b * s[5], 0]
-    seed[1, :5] = [a * c[1] + b * c[4] + d * c[7] - b * c[5], b * c[4] + d * c[7] - b * c[5],
-                   d * c[7] - b * c[5], -b * c[5], 0]
-    seed[2, :5] = [-a * s[1] - b * s[4] - d * s[8] + b * s[6], -b * s[4] - d * s[8] + b * s[6],
-                   -d * s[8] + b * s[6], 0, b * s[6]]
-    seed[3, :5] = [a * c[1] + b * c[4] + d * c[8] - b * c[6], b * c[4] + d * c[8] - b * c[6],
-                   d * c[8] - b * c[6], 0, -b * c[6]]
+    seed[0, :5] = [
+        -a * s[1] - b * s[4] - d * s[7] + b * s[5],
+        -b * s[4] - d * s[7] + b * s[5],
+        -d * s[7] + b * s[5],
+        b * s[5],
+        0,
+    ]
+    seed[1, :5] = [
+        a * c[1] + b * c[4] + d * c[7] - b * c[5],
+        b * c[4] + d * c[7] - b * c[5],
+        d * c[7] - b * c[5],
+        -b * c[5],
+        0,
+    ]
+    seed[2, :5] = [
+        -a * s[1] - b * s[4] - d * s[8] + b * s[6],
+        -b * s[4] - d * s[8] + b * s[6],
+        -d * s[8] + b * s[6],
+        0,
+        b * s[6],
+    ]
+    seed[3, :5] = [
+        a * c[1] + b * c[4] + d * c[8] - b * c[6],
+        b * c[4] + d * c[8] - b * c[6],
+        d * c[8] - b * c[6],
+        0,
+        -b * c[6],
+    ]
     seed[0:2, 5] = [a * s[2], -a * c[2]]
     seed[2:4, 6] = [a * s[3], -a * c[3]]
     np.testing.assert_allclose(np.asarray(jacobian(mech, mech.q0)), -seed, atol=1e-14)
 
 
 # --- single loops and the ladder --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("crank_angle", [0.0, 1.0, 2.5, 4.0])
 def test_four_bar_satisfies_freudenstein(crank_angle):
@@ -287,8 +384,11 @@ def test_slider_crank_piston_position(crank_angle, offset):
     mech = mechanisms.slider_crank(crank_angle, offset=offset)
     x = r * cos(crank_angle) + math.sqrt(rod**2 - (offset - r * sin(crank_angle)) ** 2)
     np.testing.assert_allclose(float(mech.q0[2]), x, rtol=1e-14)
-    np.testing.assert_allclose(joint_point(mech, mech.q0, "rod")[:2],
-                               [r * cos(crank_angle), r * sin(crank_angle)], atol=1e-15)
+    np.testing.assert_allclose(
+        joint_point(mech, mech.q0, "rod")[:2],
+        [r * cos(crank_angle), r * sin(crank_angle)],
+        atol=1e-15,
+    )
     assert np.max(np.abs(residual(mech, mech.q0))) <= 1e-12
 
 
@@ -311,6 +411,7 @@ def test_ladder_loops_form_a_chain(k):
 
 # --- excavator (seed 000 §2, Fig. 1, eq. 14) --------------------------------------------------
 
+
 def seed_number(name):
     return int(re.search(r"\d+$", name).group())
 
@@ -332,8 +433,9 @@ def assert_seed_loops(mech, loops):
 
 
 def test_carpet_scraper_has_the_loops_of_seed_000():
-    around = assert_seed_loops(built("carpet_scraper"), [(1, 2, 3, 8), (2, 3, 9, 5, 4),
-                                                         (5, 6, 7, 10)])
+    around = assert_seed_loops(
+        built("carpet_scraper"), [(1, 2, 3, 8), (2, 3, 9, 5, 4), (5, 6, 7, 10)]
+    )
     assert around == [[0, 1, 2, 3], [0, 2, 3, 4, 5], [4, 5, 6, 7]]
 
 
@@ -344,8 +446,9 @@ def test_excavator_has_the_loops_of_seed_000():
     assert joints == list(range(1, 16)) and mech.num_bodies == 11
     assert mech.actuator_names == ("joint4", "joint13", "joint10")
     assert {mech.joint_kinds[k] for k in mech.actuated} == {"prismatic"}
-    around = assert_seed_loops(mech, [(1, 2, 15, 6), (7, 14, 13, 12), (3, 4, 5, 8, 7, 15),
-                                      (9, 10, 11, 2, 1)])
+    around = assert_seed_loops(
+        mech, [(1, 2, 15, 6), (7, 14, 13, 12), (3, 4, 5, 8, 7, 15), (9, 10, 11, 2, 1)]
+    )
     assert around[0] == [0, 1, 2, 6]  # ground, #1, #2 (subsystem I), #6 (subsystem II)
     assert around[1] == [5, 6, 8, 9]  # all in subsystem II
     top = mech.topology
@@ -353,6 +456,7 @@ def test_excavator_has_the_loops_of_seed_000():
 
 
 # --- spatial mechanisms -----------------------------------------------------------------------
+
 
 def test_rssr_is_the_7r_chain_of_seed_002():
     mech = built("rssr")
@@ -375,7 +479,8 @@ def test_rssr_crank_turns_a_full_revolution():
     angles = jnp.linspace(0.0, 2 * pi, 12, endpoint=False)
     guesses = jnp.zeros((12, 4)).at[:, 0].set(angles)
     result = eqx.filter_jit(eqx.filter_vmap(kinematics.try_assemble, in_axes=(None, 0, None)))(
-        mech, guesses, ("joint7",))
+        mech, guesses, ("joint7",)
+    )
     assert bool(jnp.all(result.converged))
     np.testing.assert_array_equal(result.q[:, 0], angles)
     assert float(jnp.max(jnp.abs(result.q[:, 1]))) < 0.5
@@ -418,25 +523,30 @@ def test_stewart_platform_legs():
     for k in range(1, 7):
         base = world_point(mech, q, mech.body_index(f"cylinder{k}"), np.zeros(3))
         top = world_point(mech, q, mech.body_index(f"rod{k}"), np.zeros(3))
-        np.testing.assert_allclose(float(q[mech.coordinate_names.index(f"P{k}")]),
-                                   np.linalg.norm(top - base), rtol=1e-14)
+        np.testing.assert_allclose(
+            float(q[mech.coordinate_names.index(f"P{k}")]), np.linalg.norm(top - base), rtol=1e-14
+        )
         np.testing.assert_allclose(np.linalg.norm(base[:2]), 0.5, rtol=1e-14)
         np.testing.assert_allclose(np.linalg.norm(top[:2]), 0.3, rtol=1e-14)
 
 
 # --- bad input ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: mechanisms.four_bar(coupler=0.01), "cannot span"),
-    (lambda: mechanisms.slider_crank(rod=0.05, offset=0.2), "cannot reach"),
-    (lambda: mechanisms.ladder(0), "positive integer"),
-    (lambda: mechanisms.carpet_scraper(lengths=(0.038, 0.1)), "link #1-#7"),
-    (lambda: mechanisms.carpet_scraper(inertias=(1e-5,) * 7), "link #1"),
-    (lambda: mechanisms.excavator(points={16: (0, 0)}), "unknown joints"),
-    (lambda: mechanisms.excavator(masses={"dipper": 1.0}), "unknown bodies"),
-    (lambda: mechanisms.quarter_car(points={"hub": (0, 0, 0)}), "unknown points"),
-    (lambda: mechanisms.rssr(coupler=0.5), "cannot join"),
-])
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: mechanisms.four_bar(coupler=0.01), "cannot span"),
+        (lambda: mechanisms.slider_crank(rod=0.05, offset=0.2), "cannot reach"),
+        (lambda: mechanisms.ladder(0), "positive integer"),
+        (lambda: mechanisms.carpet_scraper(lengths=(0.038, 0.1)), "link #1-#7"),
+        (lambda: mechanisms.carpet_scraper(inertias=(1e-5,) * 7), "link #1"),
+        (lambda: mechanisms.excavator(points={16: (0, 0)}), "unknown joints"),
+        (lambda: mechanisms.excavator(masses={"dipper": 1.0}), "unknown bodies"),
+        (lambda: mechanisms.quarter_car(points={"hub": (0, 0, 0)}), "unknown points"),
+        (lambda: mechanisms.rssr(coupler=0.5), "cannot join"),
+    ],
+)
 def test_bad_input_is_refused(call, match):
     with pytest.raises(ValueError, match=match):
         call()

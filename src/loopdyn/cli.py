@@ -21,11 +21,24 @@ def triple_pendulum():
     parent = "ground"
     for k, (length, mass) in enumerate([(0.5, 2.0), (0.4, 1.5), (0.3, 1.0)]):
         b.add_body(f"link{k + 1}", mass, com=(length / 2, 0, 0), inertia=mass * length**2 / 12)
-        b.add_joint(f"joint{k + 1}", "revolute", parent, f"link{k + 1}",
-                    position=(0.5 if k == 1 else 0.4 if k == 2 else 0.0, 0, 0))
+        b.add_joint(
+            f"joint{k + 1}",
+            "revolute",
+            parent,
+            f"link{k + 1}",
+            position=(0.5 if k == 1 else 0.4 if k == 2 else 0.0, 0, 0),
+        )
         parent = f"link{k + 1}"
-    b.add_spring("spring", "ground", "link3", point_a=(1.0, 0.2, 0), point_b=(0.3, 0, 0),
-                 stiffness=40.0, damping=0.0, rest_length=0.3)
+    b.add_spring(
+        "spring",
+        "ground",
+        "link3",
+        point_a=(1.0, 0.2, 0),
+        point_b=(0.3, 0, 0),
+        stiffness=40.0,
+        damping=0.0,
+        rest_length=0.3,
+    )
     return b.build()
 
 
@@ -37,8 +50,9 @@ def crank_cycle(mech, crank_speed, steps):
 
     def step(q, angle):
         closed = kinematics.try_assemble(mech, q.at[crank].set(angle), fixed=(crank,))
-        qd = kinematics.project_velocity(mech, closed.q, jnp.zeros_like(q).at[crank].set(crank_speed),
-                                         fixed=(crank,))
+        qd = kinematics.project_velocity(
+            mech, closed.q, jnp.zeros_like(q).at[crank].set(crank_speed), fixed=(crank,)
+        )
         return closed.q, (closed.q, qd, closed.residual)
 
     return jax.lax.scan(step, mech.q0, angles)[1]
@@ -47,15 +61,23 @@ def crank_cycle(mech, crank_speed, steps):
 def scraper_demo(out: pathlib.Path):
     mech = mechanisms.carpet_scraper()
     top = mech.topology
-    print(f"carpet scraper (seed 000 §4.1): {mech.num_bodies} links, {len(top.loops)} loops, "
-          f"{mech.num_bodies - top.num_rows} DOF, subsystems {top.subsystems}")
-    print(f"  J blocks {[top.block_shape(i, j) for i, j in top.blocks]} (seed 000 eq. 26); "
-          f"SSLM elimination order {top.elimination_order}")
+    print(
+        f"carpet scraper (seed 000 §4.1): {mech.num_bodies} links, {len(top.loops)} loops, "
+        f"{mech.num_bodies - top.num_rows} DOF, subsystems {top.subsystems}"
+    )
+    print(
+        f"  J blocks {[top.block_shape(i, j) for i, j in top.blocks]} (seed 000 eq. 26); "
+        f"SSLM elimination order {top.elimination_order}"
+    )
     start = time.perf_counter()
-    q, qd, residual = jax.block_until_ready(jax.jit(crank_cycle, static_argnums=2)(mech, 4.712, 134))
-    print(f"  one crank turn at 45 rpm, 134 positions assembled in {time.perf_counter() - start:.2f} s "
-          f"(with compilation); largest |Phi| {float(residual.max()):.1e}, "
-          f"largest |J qd| {float(jnp.abs(jax.vmap(kinematics.loop_jacobian, (None, 0))(mech, q) @ qd[..., None]).max()):.1e}")
+    q, qd, residual = jax.block_until_ready(
+        jax.jit(crank_cycle, static_argnums=2)(mech, 4.712, 134)
+    )
+    print(
+        f"  one crank turn at 45 rpm, 134 positions assembled in {time.perf_counter() - start:.2f} s "
+        f"(with compilation); largest |Phi| {float(residual.max()):.1e}, "
+        f"largest |J qd| {float(jnp.abs(jax.vmap(kinematics.loop_jacobian, (None, 0))(mech, q) @ qd[..., None]).max()):.1e}"
+    )
     fig, axes = plot.plt.subplots(1, 2, figsize=(11, 4.5))
     for k in range(0, 134, 27):
         plot.draw(mech, q[k], axes[0], alpha=0.3 + 0.7 * k / 133)
@@ -85,8 +107,10 @@ def demo(out: pathlib.Path):
     traj = jax.block_until_ready(run(mech, q0, qd0, 5.0, 401))
     elapsed = time.perf_counter() - start
     e = jax.vmap(energy.total_energy, in_axes=(None, 0, 0))(mech, traj.q, traj.qd)
-    print(f"loopdyn demo: {mech.num_bodies}-link pendulum with a spring, {float(traj.t[-1]):.1f} s "
-          f"simulated in {int(traj.steps)} adaptive Tsit5 steps")
+    print(
+        f"loopdyn demo: {mech.num_bodies}-link pendulum with a spring, {float(traj.t[-1]):.1f} s "
+        f"simulated in {int(traj.steps)} adaptive Tsit5 steps"
+    )
     print(f"  compile + run {compiled:.2f} s, run {1e3 * elapsed:.1f} ms")
     print(f"  energy {float(e[0]):.6f} J, largest drift {float(jnp.max(jnp.abs(e - e[0]))):.2e} J")
     plot.trajectory_figure(mech, traj, e, out / "pendulum.png")

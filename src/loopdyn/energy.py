@@ -10,7 +10,9 @@ from . import forces, tree
 from .mechanism import Mechanism
 
 
-def kinetic_energy(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, ""]:
+def kinetic_energy(
+    mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
+) -> Float[Array, ""]:
     """``1/2 sum_i t_i^T M_i t_i`` over the body twists (equal to ``1/2 qd^T I qd``)."""
     t = tree.twists(mech, q, qd)
     return 0.5 * jnp.einsum("ni,nij,nj->", t, tree.body_inertias(mech), t)

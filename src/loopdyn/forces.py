@@ -25,13 +25,17 @@ def spring_lengths(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " s"]
     rotation, position = tree.forward_kinematics(mech, q)
     lengths = []
     for k, (a, b) in enumerate(mech.spring_bodies):
-        ends = [point if body < 0 else position[body] + rotation[body] @ point
-                for body, point in ((a, mech.spring_point_a[k]), (b, mech.spring_point_b[k]))]
+        ends = [
+            point if body < 0 else position[body] + rotation[body] @ point
+            for body, point in ((a, mech.spring_point_a[k]), (b, mech.spring_point_b[k]))
+        ]
         lengths.append(jnp.linalg.norm(ends[1] - ends[0]))
     return jnp.stack(lengths) if lengths else jnp.zeros(0, q.dtype)
 
 
-def spring_wrenches(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, "n d"]:
+def spring_wrenches(
+    mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
+) -> Float[Array, "n d"]:
     """Body wrenches ``(n, d)`` of all spring-dampers at ``(q, qd)``."""
     if not mech.spring_names:
         return jnp.zeros((mech.num_bodies, mech.dim), q.dtype)
@@ -52,9 +56,13 @@ def spring_wrenches(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n
         span = rb - ra
         length = jnp.linalg.norm(span)
         unit = span / length
-        tension = (mech.spring_stiffness[k] * (length - mech.spring_rest_length[k])
-                   + mech.spring_damping[k] * unit @ (vb - va))
-        for body, point, sign in ((a, mech.spring_point_a[k], 1.0), (b, mech.spring_point_b[k], -1.0)):
+        tension = mech.spring_stiffness[k] * (
+            length - mech.spring_rest_length[k]
+        ) + mech.spring_damping[k] * unit @ (vb - va)
+        for body, point, sign in (
+            (a, mech.spring_point_a[k], 1.0),
+            (b, mech.spring_point_b[k], -1.0),
+        ):
             if body >= 0:
                 force = rotation[body].T @ (sign * tension * unit)
                 wrench = wrench.at[body].add(jnp.concatenate([jnp.cross(point, force), force]))

@@ -105,8 +105,9 @@ class Mechanism(eqx.Module):
 
     @property
     def children(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(k for k, p in enumerate(self.parent) if p == i)
-                     for i in range(self.num_bodies))
+        return tuple(
+            tuple(k for k, p in enumerate(self.parent) if p == i) for i in range(self.num_bodies)
+        )
 
     @property
     def actuated(self) -> tuple[int, ...]:
@@ -162,7 +163,9 @@ def _rotation(value, what):
         c, s = math.cos(float(arr)), math.sin(float(arr))
         arr = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
     if arr.shape != (3, 3):
-        raise ValueError(f"{what}: expected an angle or a 3x3 rotation matrix, got shape {arr.shape}")
+        raise ValueError(
+            f"{what}: expected an angle or a 3x3 rotation matrix, got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{what} contains NaN or inf")
     if not np.allclose(arr.T @ arr, np.eye(3), atol=1e-9) or np.linalg.det(arr) < 0:
@@ -180,7 +183,9 @@ def _inertia(value, planar, what):
     elif arr.shape == (3,):
         arr = np.diag(arr)
     if arr.shape != (3, 3):
-        raise ValueError(f"{what}: expected a scalar, 3 principal moments or a 3x3 matrix, got {arr.shape}")
+        raise ValueError(
+            f"{what}: expected a scalar, 3 principal moments or a 3x3 matrix, got {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{what} contains NaN or inf")
     if not np.allclose(arr, arr.T, rtol=1e-9, atol=1e-12):
@@ -212,22 +217,30 @@ class MechanismBuilder:
             gravity = (0.0, -9.81, 0.0) if planar else (0.0, 0.0, -9.81)
         self.gravity = _vector(gravity, 3, "gravity")
         if planar and self.gravity[2] != 0.0:
-            raise ValueError(f"gravity {self.gravity.tolist()} leaves the plane of a planar mechanism")
+            raise ValueError(
+                f"gravity {self.gravity.tolist()} leaves the plane of a planar mechanism"
+            )
         self._bodies: dict[str, _Body] = {}
         self._joints: list[_Joint] = []
         self._springs: list[tuple] = []
 
-    def add_body(self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None) -> MechanismBuilder:
+    def add_body(
+        self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None
+    ) -> MechanismBuilder:
         """Add a body with ``mass``, centre of mass ``com`` (body frame) and ``inertia`` about the
         centre of mass: a 3x3 matrix, 3 principal moments, or for planar mechanisms a scalar Izz."""
         if name == GROUND or name in self._bodies:
             raise ValueError(f"body name {name!r} is already used")
         if not isinstance(mass, numbers.Real) or not np.isfinite(mass) or mass <= 0:
-            raise ValueError(f"body {name!r}: mass must be positive and finite (a number), got {mass!r}")
+            raise ValueError(
+                f"body {name!r}: mass must be positive and finite (a number), got {mass!r}"
+            )
         if inertia is None:
             raise ValueError(f"body {name!r}: inertia is required")
         self._bodies[name] = _Body(
-            name, float(mass), _vector(com, 3, f"body {name!r}: com"),
+            name,
+            float(mass),
+            _vector(com, 3, f"body {name!r}: com"),
             _inertia(inertia, self.planar, f"body {name!r}: inertia"),
         )
         return self
@@ -240,18 +253,33 @@ class MechanismBuilder:
         self._bodies[name] = _Body(name, 0.0, np.zeros(3), np.zeros((3, 3)), internal=True)
         return self
 
-    def add_joint(self, name: str, kind: str, parent: str, child: str, axis=None,
-                  position=(0.0, 0.0, 0.0), rotation=None, child_position=(0.0, 0.0, 0.0),
-                  child_rotation=None, cut: bool = False, actuated: bool = False) -> MechanismBuilder:
+    def add_joint(
+        self,
+        name: str,
+        kind: str,
+        parent: str,
+        child: str,
+        axis=None,
+        position=(0.0, 0.0, 0.0),
+        rotation=None,
+        child_position=(0.0, 0.0, 0.0),
+        child_rotation=None,
+        cut: bool = False,
+        actuated: bool = False,
+    ) -> MechanismBuilder:
         """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames)."""
         taken = {j.name for j in self._joints} | {j.coordinate for j in self._joints}
         new = [name] + [f"{name}[{k}]" for k in range(len(CHAIN_AXES.get(kind, ())))]
         clash = [n for n in new if n in taken]
         if clash:
-            raise ValueError(f"joint name {clash[0]!r} is already used (by a joint or a coordinate)")
+            raise ValueError(
+                f"joint name {clash[0]!r} is already used (by a joint or a coordinate)"
+            )
         kinds = TREE_KINDS + CUT_KINDS
         if kind not in kinds:
-            raise ValueError(f"joint {name!r}: unknown kind {kind!r}; expected one of {sorted(set(kinds))}")
+            raise ValueError(
+                f"joint {name!r}: unknown kind {kind!r}; expected one of {sorted(set(kinds))}"
+            )
         for role, body in (("parent", parent), ("child", child)):
             if body != GROUND and body not in self._bodies:
                 raise ValueError(
@@ -259,15 +287,21 @@ class MechanismBuilder:
                     f"(known: {[GROUND, *self._bodies]})"
                 )
         if parent == child:
-            raise ValueError(f"joint {name!r} connects body {parent!r} to itself: a loop needs two bodies")
+            raise ValueError(
+                f"joint {name!r} connects body {parent!r} to itself: a loop needs two bodies"
+            )
         if axis is None:
             axis = (1.0, 0.0, 0.0) if kind == "prismatic" else (0.0, 0.0, 1.0)
         axis = np.asarray(axis, dtype=np.float64)
         if axis.shape != (3,) or not np.all(np.isfinite(axis)) or np.linalg.norm(axis) < 1e-12:
-            raise ValueError(f"joint {name!r}: axis must be a finite non-zero 3-vector, got {axis.tolist()}")
+            raise ValueError(
+                f"joint {name!r}: axis must be a finite non-zero 3-vector, got {axis.tolist()}"
+            )
         axis = axis / np.linalg.norm(axis)
         common = {
-            "parent": parent, "child": child, "axis": axis,
+            "parent": parent,
+            "child": child,
+            "axis": axis,
             "position": _vector(position, 3, f"joint {name!r}: position"),
             "rotation": _rotation(rotation, f"joint {name!r}: rotation"),
             "child_position": _vector(child_position, 3, f"joint {name!r}: child_position"),
@@ -275,20 +309,34 @@ class MechanismBuilder:
             "cut": bool(cut) or child == GROUND or self._has_tree_joint(child),
         }
         if actuated and (common["cut"] or kind not in TREE_KINDS):
-            raise ValueError(f"joint {name!r}: only revolute or prismatic tree joints can be actuated")
+            raise ValueError(
+                f"joint {name!r}: only revolute or prismatic tree joints can be actuated"
+            )
         if kind in CHAIN_AXES and not common["cut"]:
             if self.planar:
-                raise ValueError(f"joint {name!r}: a {kind} tree joint does not fit a planar mechanism")
+                raise ValueError(
+                    f"joint {name!r}: a {kind} tree joint does not fit a planar mechanism"
+                )
             self._add_chain(name, kind, common)
         elif kind not in TREE_KINDS and not common["cut"]:
             raise ValueError(f"joint {name!r}: a {kind} joint can only be a cut joint (cut=True)")
         else:
-            self._joints.append(_Joint(name=name, kind=kind, actuated=actuated, coordinate=name, **common))
+            self._joints.append(
+                _Joint(name=name, kind=kind, actuated=actuated, coordinate=name, **common)
+            )
         return self
 
-    def add_spring(self, name: str, body_a: str, body_b: str, point_a=(0.0, 0.0, 0.0),
-                   point_b=(0.0, 0.0, 0.0), stiffness: float = 0.0, damping: float = 0.0,
-                   rest_length: float = 0.0) -> MechanismBuilder:
+    def add_spring(
+        self,
+        name: str,
+        body_a: str,
+        body_b: str,
+        point_a=(0.0, 0.0, 0.0),
+        point_b=(0.0, 0.0, 0.0),
+        stiffness: float = 0.0,
+        damping: float = 0.0,
+        rest_length: float = 0.0,
+    ) -> MechanismBuilder:
         """A linear spring-damper between ``point_a`` on ``body_a`` and ``point_b`` on ``body_b``
         (body coordinates): tension ``stiffness (L - rest_length) + damping dL/dt``."""
         if any(sp[0] == name for sp in self._springs):
@@ -296,12 +344,25 @@ class MechanismBuilder:
         for body in (body_a, body_b):
             if body != GROUND and body not in self._bodies:
                 raise ValueError(f"spring {name!r}: unknown body {body!r}")
-        for what, value in (("stiffness", stiffness), ("damping", damping), ("rest_length", rest_length)):
+        for what, value in (
+            ("stiffness", stiffness),
+            ("damping", damping),
+            ("rest_length", rest_length),
+        ):
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"spring {name!r}: {what} must be finite and >= 0, got {value}")
-        self._springs.append((name, body_a, body_b, _vector(point_a, 3, f"spring {name!r}: point_a"),
-                              _vector(point_b, 3, f"spring {name!r}: point_b"),
-                              float(stiffness), float(damping), float(rest_length)))
+        self._springs.append(
+            (
+                name,
+                body_a,
+                body_b,
+                _vector(point_a, 3, f"spring {name!r}: point_a"),
+                _vector(point_b, 3, f"spring {name!r}: point_b"),
+                float(stiffness),
+                float(damping),
+                float(rest_length),
+            )
+        )
         return self
 
     def _has_tree_joint(self, body):
@@ -311,22 +372,34 @@ class MechanismBuilder:
         """A multi-DOF tree joint as revolutes about the joint frame's axes through massless bodies
         whose frames are the joint frame."""
         axes = CHAIN_AXES[kind]
-        links = [common["parent"]] + [f"{name}[{k}]" for k in range(1, len(axes))] + [common["child"]]
+        links = (
+            [common["parent"]] + [f"{name}[{k}]" for k in range(1, len(axes))] + [common["child"]]
+        )
         taken = [body for body in links[1:-1] if body in self._bodies]
         if taken:
-            raise ValueError(f"joint {name!r}: its {kind} chain needs body name {taken[0]!r}, already used")
+            raise ValueError(
+                f"joint {name!r}: its {kind} chain needs body name {taken[0]!r}, already used"
+            )
         for body in links[1:-1]:
             self.add_frame(body)
         for k, axis in enumerate(axes):
             first, last = k == 0, k == len(axes) - 1
-            self._joints.append(_Joint(
-                name=name, kind="revolute", parent=links[k], child=links[k + 1], axis=axis,
-                position=common["position"] if first else np.zeros(3),
-                rotation=common["rotation"] if first else np.eye(3),
-                child_position=common["child_position"] if last else np.zeros(3),
-                child_rotation=common["child_rotation"] if last else np.eye(3),
-                cut=False, actuated=False, coordinate=f"{name}[{k}]",
-            ))
+            self._joints.append(
+                _Joint(
+                    name=name,
+                    kind="revolute",
+                    parent=links[k],
+                    child=links[k + 1],
+                    axis=axis,
+                    position=common["position"] if first else np.zeros(3),
+                    rotation=common["rotation"] if first else np.eye(3),
+                    child_position=common["child_position"] if last else np.zeros(3),
+                    child_rotation=common["child_rotation"] if last else np.eye(3),
+                    cut=False,
+                    actuated=False,
+                    coordinate=f"{name}[{k}]",
+                )
+            )
 
     def build(self, q0=None) -> Mechanism:
         """Check the model and freeze it into a `Mechanism`. ``q0``: reference configuration, a
@@ -348,11 +421,11 @@ class MechanismBuilder:
             seen, body = [], name
             while body != GROUND:
                 if body in seen:
-                    cycle = [tree[b] for b in seen[seen.index(body):]]
+                    cycle = [tree[b] for b in seen[seen.index(body) :]]
                     last = max(cycle, key=self._joints.index)
                     raise ValueError(
                         f"joint {last.name!r} would make the tree part cyclic "
-                        f"({' -> '.join(seen[seen.index(body):] + [body])}) with no path to the ground; "
+                        f"({' -> '.join(seen[seen.index(body) :] + [body])}) with no path to the ground; "
                         "declare one joint of the loop with cut=True and connect the loop to the ground"
                     )
                 seen.append(body)
@@ -387,8 +460,11 @@ class MechanismBuilder:
         coordinates = tuple(j.coordinate for j in joints)
         cut_joints = tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts)
         structure = analyse(  # loops, subsystems, block pattern; refuses bad loops
-            tuple(index[j.parent] for j in joints), cut_joints, self.planar,
-            actuated=[k for k, j in enumerate(joints) if j.actuated], body_names=order,
+            tuple(index[j.parent] for j in joints),
+            cut_joints,
+            self.planar,
+            actuated=[k for k, j in enumerate(joints) if j.actuated],
+            body_names=order,
             internal=[b.internal for b in bodies],
         )
         return Mechanism(
@@ -432,7 +508,9 @@ class MechanismBuilder:
         if isinstance(q0, dict):
             unknown = set(q0) - set(coordinates)
             if unknown:
-                raise ValueError(f"q0 names unknown coordinates {sorted(unknown)}; known: {list(coordinates)}")
+                raise ValueError(
+                    f"q0 names unknown coordinates {sorted(unknown)}; known: {list(coordinates)}"
+                )
             q0 = [q0.get(c, 0.0) for c in coordinates]
         return _vector(q0, len(coordinates), "q0")
 
@@ -444,7 +522,9 @@ class MechanismBuilder:
         for j in joints:
             for what, r in (("rotation", j.rotation), ("child_rotation", j.child_rotation)):
                 if not np.allclose(r @ z, z, atol=1e-12):
-                    raise ValueError(f"joint {j.name!r}: {what} turns out of the plane of a planar mechanism")
+                    raise ValueError(
+                        f"joint {j.name!r}: {what} turns out of the plane of a planar mechanism"
+                    )
             along_z = abs(abs(j.axis @ z) - 1.0) < 1e-12
             in_plane = abs(j.axis @ z) < 1e-12
             ok = in_plane if j.kind == "prismatic" else along_z or j.kind in ("weld", "spherical")
@@ -454,4 +534,6 @@ class MechanismBuilder:
                     "(revolute axes along z, prismatic axes in the xy-plane)"
                 )
             if j.kind == "universal":
-                raise ValueError(f"joint {j.name!r}: a universal joint does not fit a planar mechanism")
+                raise ValueError(
+                    f"joint {j.name!r}: a universal joint does not fit a planar mechanism"
+                )

@@ -18,7 +18,10 @@ def skeleton(mech: Mechanism, q) -> list[np.ndarray]:
         if p >= 0:
             points[p].append(np.asarray(mech.parent_position[i]))
     for k, cut in enumerate(mech.cut_joints):
-        for body, point in ((cut.body_a, mech.cut_position_a[k]), (cut.body_b, mech.cut_position_b[k])):
+        for body, point in (
+            (cut.body_a, mech.cut_position_a[k]),
+            (cut.body_b, mech.cut_position_b[k]),
+        ):
             if body >= 0:
                 points[body].append(np.asarray(point))
     lines = []

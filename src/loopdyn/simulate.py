@@ -27,9 +27,18 @@ def tree_acceleration(mech: Mechanism, t, q, qd, tau):
     return tree.forward_dynamics(mech, q, qd, tau, forces.spring_wrenches(mech, q, qd))
 
 
-def simulate(mech: Mechanism, q0: Float[Array, " n"], qd0: Float[Array, " n"], t_end: float,
-             num_saves: int = 201, tau: Callable | None = None, acceleration=tree_acceleration,
-             rtol: float = 1e-8, atol: float = 1e-10, max_steps: int = 100_000) -> Trajectory:
+def simulate(
+    mech: Mechanism,
+    q0: Float[Array, " n"],
+    qd0: Float[Array, " n"],
+    t_end: float,
+    num_saves: int = 201,
+    tau: Callable | None = None,
+    acceleration=tree_acceleration,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 100_000,
+) -> Trajectory:
     """Integrate from ``(q0, qd0)`` over ``[0, t_end]`` with adaptive Tsit5, saving ``num_saves``
     evenly spaced states. ``tau(t, q, qd)`` gives joint forces (default zero). Differentiable
     (diffrax's recursive checkpoint adjoint) and usable under ``jit``/``vmap``."""
@@ -41,8 +50,14 @@ def simulate(mech: Mechanism, q0: Float[Array, " n"], qd0: Float[Array, " n"], t
 
     ts = jnp.linspace(0.0, t_end, num_saves)
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, t_end, None, (q0, qd0),
-        saveat=diffrax.SaveAt(ts=ts), stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        diffrax.ODETerm(field),
+        diffrax.Tsit5(),
+        0.0,
+        t_end,
+        None,
+        (q0, qd0),
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
     )
     return Trajectory(sol.ts, sol.ys[0], sol.ys[1], sol.stats["num_accepted_steps"])

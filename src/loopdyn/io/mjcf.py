@@ -179,8 +179,11 @@ def _refuse_joint(model, j):
         )
     dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + (3 if kind == _BALL else 1))
     if np.any(model.jnt_limited[j]):
-        warnings.warn(f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
-                      "they are ignored", stacklevel=3)
+        warnings.warn(
+            f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
+            "they are ignored",
+            stacklevel=3,
+        )
     for what, fields, index in (
         ("stiffness", ("jnt_stiffness", "jnt_stiffnesspoly"), j),
         ("damping", ("dof_damping", "dof_dampingpoly"), dofs),

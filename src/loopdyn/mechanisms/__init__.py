@@ -6,5 +6,14 @@ from .parallel import stewart, three_rrr
 from .scraper import carpet_scraper
 from .vehicles import excavator, quarter_car
 
-__all__ = ["carpet_scraper", "excavator", "four_bar", "ladder", "quarter_car", "rssr",
-           "slider_crank", "stewart", "three_rrr"]
+__all__ = [
+    "carpet_scraper",
+    "excavator",
+    "four_bar",
+    "ladder",
+    "quarter_car",
+    "rssr",
+    "slider_crank",
+    "stewart",
+    "three_rrr",
+]

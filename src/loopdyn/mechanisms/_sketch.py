@@ -35,8 +35,10 @@ def circle_intersection(c1, r1, c2, r2, side: float) -> np.ndarray:
     c1, c2 = np.asarray(c1, float), np.asarray(c2, float)
     d = np.linalg.norm(c2 - c1)
     if not abs(r1 - r2) <= d <= r1 + r2:
-        raise ValueError(f"links of lengths {r1:g} and {r2:g} cannot span the distance {d:g}: "
-                         "the loop cannot close at this input")
+        raise ValueError(
+            f"links of lengths {r1:g} and {r2:g} cannot span the distance {d:g}: "
+            "the loop cannot close at this input"
+        )
     along = (d * d + r1 * r1 - r2 * r2) / (2.0 * d)
     e = (c2 - c1) / d
     across = side * math.sqrt(max(r1 * r1 - along * along, 0.0))
@@ -50,8 +52,10 @@ def assembled(mech: Mechanism, fixed) -> Mechanism:
     tol = 1e-12 if mech.q0.dtype == np.float64 else 1e-5
     result = _try_assemble(mech, mech.q0, fixed, tol)
     if not bool(result.converged):
-        raise ValueError(f"the loops do not close from the given configuration (|Phi| = "
-                         f"{float(result.residual):.3e}): check the lengths")
+        raise ValueError(
+            f"the loops do not close from the given configuration (|Phi| = "
+            f"{float(result.residual):.3e}): check the lengths"
+        )
     return eqx.tree_at(lambda m: m.q0, mech, result.q)
 
 
@@ -84,8 +88,16 @@ class PlanarSketch:
         return (c * x + s * y, -s * x + c * y, 0.0)
 
     def revolute(self, name, parent, child, point, cut=False, actuated=False):
-        self.builder.add_joint(name, "revolute", parent, child, position=self.local(parent, point),
-                               child_position=self.local(child, point), cut=cut, actuated=actuated)
+        self.builder.add_joint(
+            name,
+            "revolute",
+            parent,
+            child,
+            position=self.local(parent, point),
+            child_position=self.local(child, point),
+            cut=cut,
+            actuated=actuated,
+        )
         if not cut:
             turn = self.poses[child][1] - self.poses[parent][1]
             self.q0[name] = turn if parent == GROUND else wrap(turn)
@@ -97,8 +109,10 @@ class PlanarSketch:
         start = self.local(parent, o_p if point is None else point)
         offset = np.subtract(self.local(parent, o_c), start)
         if abs(wrap(a_c - a_p)) > 1e-12 or abs(offset[1]) > 1e-12:
-            raise ValueError(f"prismatic joint {name!r}: the origin of {child!r} must lie on the x "
-                             f"axis of {parent!r} through {point}, with the same orientation")
+            raise ValueError(
+                f"prismatic joint {name!r}: the origin of {child!r} must lie on the x "
+                f"axis of {parent!r} through {point}, with the same orientation"
+            )
         self.builder.add_joint(name, "prismatic", parent, child, position=start, actuated=actuated)
         self.q0[name] = float(offset[0])
 
@@ -122,8 +136,9 @@ def bar(mass: float, start, end, radius: float):
     length = np.linalg.norm(end - start)
     d = (end - start) / length
     along = np.outer(d, d)
-    return (start + end) / 2, (mass * (3 * radius**2 + length**2) / 12 * (np.eye(3) - along)
-                               + mass * radius**2 / 2 * along)
+    return (start + end) / 2, (
+        mass * (3 * radius**2 + length**2) / 12 * (np.eye(3) - along) + mass * radius**2 / 2 * along
+    )
 
 
 class SpatialSketch:
@@ -139,18 +154,29 @@ class SpatialSketch:
     def body(self, name, origin, mass, com, inertia):
         """Body with frame origin ``origin``; ``com`` and ``inertia`` in world axes."""
         self.origins[name] = np.asarray(origin, float)
-        self.builder.add_body(name, mass, com=np.asarray(com, float) - self.origins[name],
-                              inertia=inertia)
+        self.builder.add_body(
+            name, mass, com=np.asarray(com, float) - self.origins[name], inertia=inertia
+        )
 
-    def joint(self, name, kind, parent, child, point, axis=None, frame=None, cut=False,
-              actuated=False):
+    def joint(
+        self, name, kind, parent, child, point, axis=None, frame=None, cut=False, actuated=False
+    ):
         """Joint at world ``point``; ``frame``: world rotation of the joint frame (its axes carry
         ``axis`` and the revolute chains of universal and spherical joints)."""
         point = np.asarray(point, float)
-        self.builder.add_joint(name, kind, parent, child, axis=axis,
-                               position=point - self.origins[parent], rotation=frame,
-                               child_position=point - self.origins[child], child_rotation=frame,
-                               cut=cut, actuated=actuated)
+        self.builder.add_joint(
+            name,
+            kind,
+            parent,
+            child,
+            axis=axis,
+            position=point - self.origins[parent],
+            rotation=frame,
+            child_position=point - self.origins[child],
+            child_rotation=frame,
+            cut=cut,
+            actuated=actuated,
+        )
 
     def prismatic(self, name, parent, child, actuated=False):
         """Slider from the parent's origin along the line to the child's origin."""

@@ -33,9 +33,17 @@ def _bar(sketch, name, start, end, mass, angle=None):
     sketch.body(name, start, angle, mass, (length / 2, 0.0), rod_inertia(mass, length))
 
 
-def four_bar(crank_angle: float = 0.0, *, crank: float = 0.038, coupler: float = 0.1152,
-             rocker: float = 0.1152, ground: float = 0.089, crank_mass: float = 1.5,
-             coupler_mass: float = 2.5, rocker_mass: float = 3.0) -> Mechanism:
+def four_bar(
+    crank_angle: float = 0.0,
+    *,
+    crank: float = 0.038,
+    coupler: float = 0.1152,
+    rocker: float = 0.1152,
+    ground: float = 0.089,
+    crank_mass: float = 1.5,
+    coupler_mass: float = 2.5,
+    rocker_mass: float = 3.0,
+) -> Mechanism:
     """Crank-rocker four-bar assembled at ``crank_angle``: crank pivot A at the origin, rocker
     pivot D at (``ground``, 0), coupler-rocker pin C above the line B -> D. Joints A (actuated),
     B (crank-coupler), D (rocker); C is the cut joint. Subsystems {crank, coupler}, {rocker}."""
@@ -53,9 +61,17 @@ def four_bar(crank_angle: float = 0.0, *, crank: float = 0.038, coupler: float =
     return sketch.build()
 
 
-def slider_crank(crank_angle: float = 0.0, *, crank: float = 0.1, rod: float = 0.4,
-                 offset: float = 0.0, crank_mass: float = 1.0, rod_mass: float = 2.0,
-                 slider_mass: float = 1.5, slider_inertia: float = 1e-3) -> Mechanism:
+def slider_crank(
+    crank_angle: float = 0.0,
+    *,
+    crank: float = 0.1,
+    rod: float = 0.4,
+    offset: float = 0.0,
+    crank_mass: float = 1.0,
+    rod_mass: float = 2.0,
+    slider_mass: float = 1.5,
+    slider_inertia: float = 1e-3,
+) -> Mechanism:
     """Slider-crank assembled at ``crank_angle``: crank pivot at the origin, slider on the line
     y = ``offset`` along +x. Joints ``crank`` (actuated), ``rod`` (crank pin), ``slider``
     (prismatic; coordinate: the x of the piston pin); the piston pin ``pin`` is the cut joint.
@@ -63,8 +79,10 @@ def slider_crank(crank_angle: float = 0.0, *, crank: float = 0.1, rod: float = 0
     b = crank * unit(crank_angle)
     reach = rod**2 - (offset - b[1]) ** 2
     if reach < 0:
-        raise ValueError(f"slider_crank: the rod ({rod}) cannot reach the slider line y = {offset} "
-                         f"at crank angle {crank_angle}")
+        raise ValueError(
+            f"slider_crank: the rod ({rod}) cannot reach the slider line y = {offset} "
+            f"at crank angle {crank_angle}"
+        )
     c = np.array([b[0] + math.sqrt(reach), offset])
     sketch = PlanarSketch()
     _bar(sketch, "crank", np.zeros(2), b, crank_mass, crank_angle)
@@ -77,10 +95,19 @@ def slider_crank(crank_angle: float = 0.0, *, crank: float = 0.1, rod: float = 0
     return sketch.build()
 
 
-def ladder(k: int, crank_angle: float = 0.0, *, crank: float = 0.038,
-           coupler: float = 0.1152, rocker: float = 0.1152, ground: float = 0.089,
-           spacing: float = 0.1, crank_mass: float = 1.5, coupler_mass: float = 2.5,
-           rocker_mass: float = 3.0) -> Mechanism:
+def ladder(
+    k: int,
+    crank_angle: float = 0.0,
+    *,
+    crank: float = 0.038,
+    coupler: float = 0.1152,
+    rocker: float = 0.1152,
+    ground: float = 0.089,
+    spacing: float = 0.1,
+    crank_mass: float = 1.5,
+    coupler_mass: float = 2.5,
+    rocker_mass: float = 3.0,
+) -> Mechanism:
     """``k`` four-bar loops in series, 1 DOF: loop 1 is `four_bar`; loop i > 1 couples rocker
     i-1 to rocker i (pivot ``spacing`` further along x) by a coupler of length ``spacing``, a
     parallelogram, so every rocker follows rocker 1. Bodies ``crank``, ``rocker1..k``,
@@ -96,8 +123,14 @@ def ladder(k: int, crank_angle: float = 0.0, *, crank: float = 0.038,
     links = ["crank"] + [f"rocker{i}" for i in range(1, k + 1)]
     sketch = PlanarSketch()
     for i in range(k + 1):  # input link i with the coupler it drives: subsystem i
-        _bar(sketch, links[i], pivots[i], tips[i], crank_mass if i == 0 else rocker_mass,
-             crank_angle if i == 0 else None)
+        _bar(
+            sketch,
+            links[i],
+            pivots[i],
+            tips[i],
+            crank_mass if i == 0 else rocker_mass,
+            crank_angle if i == 0 else None,
+        )
         sketch.revolute(f"A{i}", GROUND, links[i], pivots[i], actuated=i == 0)
         if i < k:
             _bar(sketch, f"coupler{i + 1}", tips[i], tips[i + 1], coupler_mass)
@@ -116,9 +149,18 @@ def ladder(k: int, crank_angle: float = 0.0, *, crank: float = 0.038,
 # are one universal joint ``joint23`` (massless body ``joint23[1]``) and joints 4-6 one spherical
 # cut joint ``joint456``. The seed gives no dimensions: docs/mechanisms.md documents the choice.
 
-def rssr(*, crank: float = 0.04, coupler: float = 0.15, rocker: float = 0.08,
-         rocker_pivot=(0.0, 0.12, 0.10), crank_mass: float = 0.5, coupler_mass: float = 1.0,
-         rocker_mass: float = 0.8, radius: float = 0.005) -> Mechanism:
+
+def rssr(
+    *,
+    crank: float = 0.04,
+    coupler: float = 0.15,
+    rocker: float = 0.08,
+    rocker_pivot=(0.0, 0.12, 0.10),
+    crank_mass: float = 0.5,
+    coupler_mass: float = 1.0,
+    rocker_mass: float = 0.8,
+    radius: float = 0.005,
+) -> Mechanism:
     """RSSR drawn with the crank along +x. The crank turns about z through the origin
     (``joint7``, actuated; coordinate: crank angle from +x); the rocker about the x axis through
     ``rocker_pivot`` (``joint1``), its tip above the pivot (the branch the mechanism keeps over a
@@ -137,8 +179,7 @@ def rssr(*, crank: float = 0.04, coupler: float = 0.15, rocker: float = 0.08,
     sketch.body("crank6", np.zeros(3), crank_mass, *bar(crank_mass, np.zeros(3), a, radius))
     sketch.body("rocker1", q, rocker_mass, *bar(rocker_mass, q, r, radius))
     sketch.body("coupler3", r, coupler_mass, *bar(coupler_mass, r, a, radius))
-    sketch.joint("joint7", "revolute", GROUND, "crank6", np.zeros(3), axis=(0, 0, 1),
-                 actuated=True)
+    sketch.joint("joint7", "revolute", GROUND, "crank6", np.zeros(3), axis=(0, 0, 1), actuated=True)
     sketch.joint("joint1", "revolute", GROUND, "rocker1", q, axis=(1, 0, 0))
     sketch.joint("joint23", "universal", "rocker1", "coupler3", r, frame=frame_along(a - r))
     sketch.joint("joint456", "spherical", "coupler3", "crank6", a, cut=True)

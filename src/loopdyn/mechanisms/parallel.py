@@ -43,11 +43,20 @@ def seed000_angles(actuated=ACTUATED, passive=PASSIVE, platform_angle=PLATFORM[2
     }
 
 
-def three_rrr(actuated=ACTUATED, *, base_side: float = 1.0, proximal_length: float = 0.4,
-              proximal_mass: float = 3.0, proximal_inertia: float = 0.04,
-              distal_length: float = 0.6, distal_mass: float = 4.0, distal_inertia: float = 0.12,
-              platform_side: float = 0.4, platform_mass: float = 8.0,
-              platform_inertia: float = 0.0817) -> Mechanism:
+def three_rrr(
+    actuated=ACTUATED,
+    *,
+    base_side: float = 1.0,
+    proximal_length: float = 0.4,
+    proximal_mass: float = 3.0,
+    proximal_inertia: float = 0.04,
+    distal_length: float = 0.6,
+    distal_mass: float = 4.0,
+    distal_inertia: float = 0.12,
+    platform_side: float = 0.4,
+    platform_mass: float = 8.0,
+    platform_inertia: float = 0.0817,
+) -> Mechanism:
     """The 3-RRR assembled with its base angles at ``actuated`` (legs I, II, III; seed 004 §5.1),
     from seed 004's passive angles by Newton's method.
 
@@ -63,28 +72,49 @@ def three_rrr(actuated=ACTUATED, *, base_side: float = 1.0, proximal_length: flo
     distal = {"mass": distal_mass, "com": (ld / 2, 0, 0), "inertia": distal_inertia}
     b.add_body("proximal1", **proximal)
     b.add_body("distal2", **distal)
-    b.add_body("platform3", platform_mass, com=(lt / 2, lt / (2 * math.sqrt(3)), 0),
-               inertia=platform_inertia)
+    b.add_body(
+        "platform3",
+        platform_mass,
+        com=(lt / 2, lt / (2 * math.sqrt(3)), 0),
+        inertia=platform_inertia,
+    )
     b.add_body("distal4", **distal)
     b.add_body("distal5", **distal)
     b.add_body("proximal6", **proximal)
     b.add_body("proximal7", **proximal)
     # Platform frame: origin at leg I's vertex, x along the side to leg II's vertex.
-    b.add_joint("theta1", "revolute", GROUND, "proximal1", position=(*pivots[0], 0),
-                actuated=True)
+    b.add_joint("theta1", "revolute", GROUND, "proximal1", position=(*pivots[0], 0), actuated=True)
     b.add_joint("theta2", "revolute", "proximal1", "distal2", position=(lp, 0, 0))
     b.add_joint("theta3", "revolute", "distal2", "platform3", position=(ld, 0, 0))
     b.add_joint("theta4", "revolute", "platform3", "distal4", position=(lt, 0, 0))
-    b.add_joint("theta5", "revolute", "platform3", "distal5",
-                position=(lt / 2, lt * math.sqrt(3) / 2, 0), rotation=math.pi / 3)
-    b.add_joint("theta6", "revolute", GROUND, "proximal6", position=(*pivots[1], 0),
-                actuated=True)
-    b.add_joint("theta7", "revolute", GROUND, "proximal7", position=(*pivots[2], 0),
-                actuated=True)
-    b.add_joint("joint6", "revolute", "distal4", "proximal6", position=(ld, 0, 0),
-                child_position=(lp, 0, 0), cut=True)
-    b.add_joint("joint7", "revolute", "distal5", "proximal7", position=(ld, 0, 0),
-                child_position=(lp, 0, 0), cut=True)
+    b.add_joint(
+        "theta5",
+        "revolute",
+        "platform3",
+        "distal5",
+        position=(lt / 2, lt * math.sqrt(3) / 2, 0),
+        rotation=math.pi / 3,
+    )
+    b.add_joint("theta6", "revolute", GROUND, "proximal6", position=(*pivots[1], 0), actuated=True)
+    b.add_joint("theta7", "revolute", GROUND, "proximal7", position=(*pivots[2], 0), actuated=True)
+    b.add_joint(
+        "joint6",
+        "revolute",
+        "distal4",
+        "proximal6",
+        position=(ld, 0, 0),
+        child_position=(lp, 0, 0),
+        cut=True,
+    )
+    b.add_joint(
+        "joint7",
+        "revolute",
+        "distal5",
+        "proximal7",
+        position=(ld, 0, 0),
+        child_position=(lp, 0, 0),
+        cut=True,
+    )
     guess = b.build(q0=seed000_angles(actuated))
     return assembled(guess, fixed=("theta1", "theta6", "theta7"))
 
@@ -97,16 +127,26 @@ def three_rrr(actuated=ACTUATED, *, base_side: float = 1.0, proximal_length: flo
 # close on it by the spherical cut joints ``S2`` ... ``S6``. 21 coordinates, 15 constraint rows:
 # 6 DOF, driven by the leg lengths ``P1`` ... ``P6``. Dimensions chosen: docs/mechanisms.md.
 
+
 def _ring(radius, centre_deg, half_deg, z):
     """Joint points in pairs at ``centre +- half`` degrees (pair k at centre + 120 k)."""
     angles = [math.radians(centre_deg + 120 * k + s * half_deg) for k in range(3) for s in (-1, 1)]
     return [np.array([radius * math.cos(a), radius * math.sin(a), z]) for a in angles]
 
 
-def stewart(*, base_radius: float = 0.5, platform_radius: float = 0.3, height: float = 0.6,
-            base_half_angle: float = 12.0, platform_half_angle: float = 12.0,
-            platform_mass: float = 10.0, cylinder_mass: float = 2.0, rod_mass: float = 1.0,
-            cylinder_length: float = 0.4, rod_length: float = 0.4) -> Mechanism:
+def stewart(
+    *,
+    base_radius: float = 0.5,
+    platform_radius: float = 0.3,
+    height: float = 0.6,
+    base_half_angle: float = 12.0,
+    platform_half_angle: float = 12.0,
+    platform_mass: float = 10.0,
+    cylinder_mass: float = 2.0,
+    rod_mass: float = 1.0,
+    cylinder_length: float = 0.4,
+    rod_length: float = 0.4,
+) -> Mechanism:
     """The platform drawn level at ``height`` above the base, centred on the z axis (gravity -z).
     Base joints in pairs at 0, 120, 240 degrees +- ``base_half_angle``, platform joints at 60,
     180, 300 +- ``platform_half_angle``; each base joint pairs with the nearest platform joint.
@@ -124,8 +164,9 @@ def stewart(*, base_radius: float = 0.5, platform_radius: float = 0.3, height: f
     sketch.body("platform", centre, platform_mass, centre, disc)
     for k, (b, t) in enumerate(zip(base, top), start=1):
         u = (t - b) / np.linalg.norm(t - b)
-        sketch.body(f"cylinder{k}", b, cylinder_mass,
-                    *bar(cylinder_mass, b, b + cylinder_length * u, 0.03))
+        sketch.body(
+            f"cylinder{k}", b, cylinder_mass, *bar(cylinder_mass, b, b + cylinder_length * u, 0.03)
+        )
         sketch.body(f"rod{k}", t, rod_mass, *bar(rod_mass, t - rod_length * u, t, 0.015))
         sketch.joint(f"U{k}", "universal", GROUND, f"cylinder{k}", b, frame=frame_along(u))
         sketch.prismatic(f"P{k}", f"cylinder{k}", f"rod{k}", actuated=True)

@@ -24,10 +24,17 @@ INERTIAS = (0.73e-3, 13.30e-3, 22.12e-3, 157.00e-3, 57.00e-3, 2449.00e-3, 57.00e
 NAMES = ("crank1", "rocker2", "coupler3", "arm4", "link5", "arm6", "link7")
 
 
-def carpet_scraper(crank_angle: float = 0.0, *, lengths=LENGTHS, masses=MASSES,
-                   inertias=INERTIAS, rocker_pivot=(-0.089, 0.0),
-                   pantograph_pivot=(0.038, 0.410), a45: float = 0.096,
-                   a67: float = 0.239) -> Mechanism:
+def carpet_scraper(
+    crank_angle: float = 0.0,
+    *,
+    lengths=LENGTHS,
+    masses=MASSES,
+    inertias=INERTIAS,
+    rocker_pivot=(-0.089, 0.0),
+    pantograph_pivot=(0.038, 0.410),
+    a45: float = 0.096,
+    a67: float = 0.239,
+) -> Mechanism:
     """The carpet scraper assembled at ``theta1 = crank_angle`` (seed 000 Table 2: 0).
 
     ``lengths``, ``masses``, ``inertias`` (about the link origin) are indexed by link #1-#7.
@@ -56,16 +63,25 @@ def carpet_scraper(crank_angle: float = 0.0, *, lengths=LENGTHS, masses=MASSES,
         return math.atan2(v[1], v[0])
 
     origins = (np.zeros(2), o2, j3, o4, j5, j6, j7)
-    angles = (crank_angle, angle(j3 - o2), angle(c - j3), angle(j5 - o4), angle(c - j5),
-              angle(j7 - j6), angle(c - j7))
+    angles = (
+        crank_angle,
+        angle(j3 - o2),
+        angle(c - j3),
+        angle(j5 - o4),
+        angle(c - j5),
+        angle(j7 - j6),
+        angle(c - j7),
+    )
     sketch = PlanarSketch()
     for k in range(7):
         # COM at mid-length (the coupler's origin, joint 3, is its middle); inertia about the COM.
         com = 0.0 if k == 2 else lengths[k] / 2
         centroidal = inertias[k] - masses[k] * com**2
         if centroidal <= 0:
-            raise ValueError(f"link #{k + 1}: inertia about its origin {inertias[k]} is below "
-                             f"m (L/2)^2 = {masses[k] * com**2:.4g}")
+            raise ValueError(
+                f"link #{k + 1}: inertia about its origin {inertias[k]} is below "
+                f"m (L/2)^2 = {masses[k] * com**2:.4g}"
+            )
         sketch.body(NAMES[k], origins[k], angles[k], masses[k], (com, 0.0), centroidal)
     parent = (GROUND, GROUND, "rocker2", GROUND, "arm4", "arm4", "arm6")
     for k in range(7):

@@ -29,14 +29,31 @@ from ._sketch import PlanarSketch, SpatialSketch, bar, frame_along, rod_inertia
 #: World position (m) of every joint in the reference pose, by seed joint number (the prismatic
 #: joints 4, 10, 13 have none).
 EXCAVATOR_POINTS = {
-    1: (0.0, 0.8), 2: (2.05, 1.6), 3: (1.98, 2.15), 5: (3.3, 0.95), 6: (0.0, 1.2),
-    7: (2.5, 2.2), 8: (3.1, 0.7), 9: (0.5, 0.5), 11: (2.02, 1.76), 12: (1.4, 2.05),
-    14: (2.35, 2.6), 15: (2.0, 2.0),
+    1: (0.0, 0.8),
+    2: (2.05, 1.6),
+    3: (1.98, 2.15),
+    5: (3.3, 0.95),
+    6: (0.0, 1.2),
+    7: (2.5, 2.2),
+    8: (3.1, 0.7),
+    9: (0.5, 0.5),
+    11: (2.02, 1.76),
+    12: (1.4, 2.05),
+    14: (2.35, 2.6),
+    15: (2.0, 2.0),
 }
 EXCAVATOR_MASSES = {
-    "parallel_arm1": 40.0, "levelling_link2": 20.0, "bucket_barrel3": 15.0, "bucket_rod4": 8.0,
-    "stick5": 120.0, "boom6": 250.0, "bucket7": 100.0, "stick_barrel8": 20.0, "stick_rod9": 10.0,
-    "boom_barrel10": 30.0, "boom_rod11": 15.0,
+    "parallel_arm1": 40.0,
+    "levelling_link2": 20.0,
+    "bucket_barrel3": 15.0,
+    "bucket_rod4": 8.0,
+    "stick5": 120.0,
+    "boom6": 250.0,
+    "bucket7": 100.0,
+    "stick_barrel8": 20.0,
+    "stick_rod9": 10.0,
+    "boom_barrel10": 30.0,
+    "boom_rod11": 15.0,
 }
 #: Bucket: centre of mass from its pivot (joint 8) and radius of gyration (m).
 BUCKET_COM, BUCKET_GYRATION = (0.25, -0.15), 0.35
@@ -53,8 +70,10 @@ def excavator(*, points=None, masses=None) -> Mechanism:
     Subsystems {#1, #2, #3, #4}, {#6, #5, #7, #8, #9}, {#10, #11}; cut joints 15, 14, 5, 11
     close loops 1-4, so J has the blocks of seed 000 eq. 14.
     """
-    for given, known, what in ((points, EXCAVATOR_POINTS, "joints"),
-                               (masses, EXCAVATOR_MASSES, "bodies")):
+    for given, known, what in (
+        (points, EXCAVATOR_POINTS, "joints"),
+        (masses, EXCAVATOR_MASSES, "bodies"),
+    ):
         unknown = set(given or {}) - set(known)
         if unknown:
             raise ValueError(f"excavator: unknown {what} {sorted(unknown)}; known: {list(known)}")
@@ -65,15 +84,22 @@ def excavator(*, points=None, masses=None) -> Mechanism:
     def link(name, start, end):
         d = p[end] - p[start]
         length = float(np.linalg.norm(d))
-        sketch.body(name, p[start], math.atan2(d[1], d[0]), m[name], (length / 2, 0.0),
-                    rod_inertia(m[name], length))
+        sketch.body(
+            name,
+            p[start],
+            math.atan2(d[1], d[0]),
+            m[name],
+            (length / 2, 0.0),
+            rod_inertia(m[name], length),
+        )
 
     def cylinder(barrel, rod, base, end):
         d = p[end] - p[base]
         length, angle = float(np.linalg.norm(d)), math.atan2(d[1], d[0])
         part = 0.6 * length
-        sketch.body(barrel, p[base], angle, m[barrel], (part / 2, 0.0),
-                    rod_inertia(m[barrel], part))
+        sketch.body(
+            barrel, p[base], angle, m[barrel], (part / 2, 0.0), rod_inertia(m[barrel], part)
+        )
         sketch.body(rod, p[end], angle, m[rod], (-part / 2, 0.0), rod_inertia(m[rod], part))
 
     link("parallel_arm1", 1, 2)
@@ -118,10 +144,14 @@ def excavator(*, points=None, masses=None) -> Mechanism:
 
 #: World points of the drawn (design) pose, m.
 SUSPENSION_POINTS = {
-    "lower_pivot": (0.0, 0.30, 0.15), "lower_ball": (0.0, 0.80, 0.12),
-    "upper_pivot": (0.0, 0.40, 0.52), "upper_ball": (0.0, 0.74, 0.55),
-    "tie_rod_inner": (-0.15, 0.38, 0.30), "tie_rod_outer": (-0.15, 0.78, 0.32),
-    "wheel_centre": (0.0, 0.92, 0.33), "spring_chassis": (0.0, 0.50, 0.75),
+    "lower_pivot": (0.0, 0.30, 0.15),
+    "lower_ball": (0.0, 0.80, 0.12),
+    "upper_pivot": (0.0, 0.40, 0.52),
+    "upper_ball": (0.0, 0.74, 0.55),
+    "tie_rod_inner": (-0.15, 0.38, 0.30),
+    "tie_rod_outer": (-0.15, 0.78, 0.32),
+    "wheel_centre": (0.0, 0.92, 0.33),
+    "spring_chassis": (0.0, 0.50, 0.75),
     "spring_arm": (0.0, 0.62, 0.14),
 }
 
@@ -142,10 +172,18 @@ def _upright(points, knuckle_mass, wheel_mass, wheel_radius):
     return mass, com, shifted(knuckle_mass, c_k, i_k) + shifted(wheel_mass, c_w, i_w)
 
 
-def quarter_car(*, points=None, lower_arm_mass: float = 10.0, upper_arm_mass: float = 6.0,
-                knuckle_mass: float = 25.0, wheel_mass: float = 55.0,
-                wheel_radius: float = 0.47, tie_rod_mass: float = 2.0,
-                stiffness: float = 60e3, damping: float = 4e3) -> Mechanism:
+def quarter_car(
+    *,
+    points=None,
+    lower_arm_mass: float = 10.0,
+    upper_arm_mass: float = 6.0,
+    knuckle_mass: float = 25.0,
+    wheel_mass: float = 55.0,
+    wheel_radius: float = 0.47,
+    tie_rod_mass: float = 2.0,
+    stiffness: float = 60e3,
+    damping: float = 4e3,
+) -> Mechanism:
     """The quarter car in its design pose (all coordinates zero), with a coil-over spring-damper
     ``coilover`` from the chassis to the lower arm whose rest length makes the design pose a
     static equilibrium under gravity (-z): the wheel hangs from the fixed chassis, the spring is
@@ -154,30 +192,55 @@ def quarter_car(*, points=None, lower_arm_mass: float = 10.0, upper_arm_mass: fl
     the wishbone); the tie rod of radius 0.01 m."""
     unknown = set(points or {}) - set(SUSPENSION_POINTS)
     if unknown:
-        raise ValueError(f"quarter_car: unknown points {sorted(unknown)}; "
-                         f"known: {list(SUSPENSION_POINTS)}")
+        raise ValueError(
+            f"quarter_car: unknown points {sorted(unknown)}; known: {list(SUSPENSION_POINTS)}"
+        )
     p = {k: np.asarray(v, float) for k, v in {**SUSPENSION_POINTS, **(points or {})}.items()}
     sketch = SpatialSketch()
-    sketch.body("lower_arm", p["lower_pivot"], lower_arm_mass,
-                *bar(lower_arm_mass, p["lower_pivot"], p["lower_ball"], 0.15))
+    sketch.body(
+        "lower_arm",
+        p["lower_pivot"],
+        lower_arm_mass,
+        *bar(lower_arm_mass, p["lower_pivot"], p["lower_ball"], 0.15),
+    )
     sketch.body("upright", p["lower_ball"], *_upright(p, knuckle_mass, wheel_mass, wheel_radius))
-    sketch.body("upper_arm", p["upper_pivot"], upper_arm_mass,
-                *bar(upper_arm_mass, p["upper_pivot"], p["upper_ball"], 0.15))
-    sketch.body("tie_rod", p["tie_rod_inner"], tie_rod_mass,
-                *bar(tie_rod_mass, p["tie_rod_inner"], p["tie_rod_outer"], 0.01))
+    sketch.body(
+        "upper_arm",
+        p["upper_pivot"],
+        upper_arm_mass,
+        *bar(upper_arm_mass, p["upper_pivot"], p["upper_ball"], 0.15),
+    )
+    sketch.body(
+        "tie_rod",
+        p["tie_rod_inner"],
+        tie_rod_mass,
+        *bar(tie_rod_mass, p["tie_rod_inner"], p["tie_rod_outer"], 0.01),
+    )
     x = (1.0, 0.0, 0.0)
     sketch.joint("lower_pivot", "revolute", GROUND, "lower_arm", p["lower_pivot"], axis=x)
     sketch.joint("lower_ball", "spherical", "lower_arm", "upright", p["lower_ball"])
     sketch.joint("upper_pivot", "revolute", GROUND, "upper_arm", p["upper_pivot"], axis=x)
-    sketch.joint("tie_rod_inner", "universal", GROUND, "tie_rod", p["tie_rod_inner"],
-                 frame=frame_along(p["tie_rod_outer"] - p["tie_rod_inner"]))
+    sketch.joint(
+        "tie_rod_inner",
+        "universal",
+        GROUND,
+        "tie_rod",
+        p["tie_rod_inner"],
+        frame=frame_along(p["tie_rod_outer"] - p["tie_rod_inner"]),
+    )
     sketch.joint("upper_ball", "spherical", "upper_arm", "upright", p["upper_ball"], cut=True)
-    sketch.joint("tie_rod_outer", "spherical", "tie_rod", "upright", p["tie_rod_outer"],
-                 cut=True)
+    sketch.joint("tie_rod_outer", "spherical", "tie_rod", "upright", p["tie_rod_outer"], cut=True)
     length = float(np.linalg.norm(p["spring_arm"] - p["spring_chassis"]))
-    sketch.builder.add_spring("coilover", GROUND, "lower_arm", point_a=p["spring_chassis"],
-                              point_b=p["spring_arm"] - p["lower_pivot"], stiffness=stiffness,
-                              damping=damping, rest_length=length)
+    sketch.builder.add_spring(
+        "coilover",
+        GROUND,
+        "lower_arm",
+        point_a=p["spring_chassis"],
+        point_b=p["spring_arm"] - p["lower_pivot"],
+        stiffness=stiffness,
+        damping=damping,
+        rest_length=length,
+    )
     return _balanced(sketch.build())
 
 
@@ -185,8 +248,10 @@ def _balanced(mech: Mechanism) -> Mechanism:
     """Set the rest length of the spring so that ``q0`` is a static equilibrium."""
     rest = _rest_length(mech)
     if not rest > 0:
-        raise ValueError(f"quarter_car: the spring cannot hold the design pose (rest length "
-                         f"{float(rest):.4g} m): check the points")
+        raise ValueError(
+            f"quarter_car: the spring cannot hold the design pose (rest length "
+            f"{float(rest):.4g} m): check the points"
+        )
     return eqx.tree_at(lambda m: m.spring_rest_length, mech, rest[None])
 
 
