@@ -385,3 +385,34 @@ def test_fixed_coordinates_are_checked():
         K.assemble(MECHANISMS["four_bar"], jnp.zeros(3), fixed=("X",))
     with pytest.raises(ValueError, match="index 5 out of range"):
         K.project_velocity(MECHANISMS["four_bar"], jnp.zeros(3), jnp.zeros(3), fixed=(5,))
+
+
+LIBRARY = [
+    "four_bar",
+    "slider_crank",
+    "carpet_scraper",
+    "three_rrr",
+    "rssr",
+    "excavator",
+    "quarter_car",
+    "stewart",
+    "ladder",
+]
+
+
+@pytest.mark.parametrize("name", LIBRARY)
+def test_library_jacobian_and_bias_are_derivatives(name):
+    """Every mechanism of `loopdyn.mechanisms`: J = jacfwd(Phi) and J' qd = JVP of J qd, at the
+    assembled q0 and at two configurations perturbed off closure."""
+    import loopdyn.mechanisms
+
+    mech = getattr(loopdyn.mechanisms, name)(*((3,) if name == "ladder" else ()))
+    rng = np.random.default_rng(len(name))
+    qs = np.asarray(mech.q0) + np.concatenate(
+        [np.zeros((1, mech.num_bodies)), rng.normal(size=(2, mech.num_bodies)) * 0.3]
+    )
+    qds = rng.normal(size=qs.shape)
+    (phi, j, b), (j_ad, b_ad), _ = derivatives(mech, jnp.asarray(qs), jnp.asarray(qds))
+    assert float(jnp.max(jnp.abs(phi[0]))) <= 1e-12
+    np.testing.assert_allclose(j, j_ad, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(b, b_ad, rtol=0, atol=1e-10)
