@@ -60,7 +60,8 @@ def bench_size(n, batch, repeats, seed):
     mech, model = random_tree(n, seed, serial=True)
     data = model.createData() if pin else None
     rng = np.random.default_rng(seed + 1)
-    q, qd, u = (rng.normal(size=(batch, n)) for _ in range(3))
+    states = [rng.normal(size=(batch, n)) for _ in range(3)]  # q, qd and tau or qdd
+    q, qd, u = (jax.device_put(x) for x in states)  # on the device: no transfers in the timings
     result = {"n": n}
     cases = {
         "fd": (tree.forward_dynamics, pin and pin.aba),
@@ -74,7 +75,7 @@ def bench_size(n, batch, repeats, seed):
         result[f"{name}_compile_batched"], out_b = first_call(batched, mech, q, qd, u)
         checked = batch if pin else 16
         if pin:
-            ref = np.array([theirs(model, data, q[k], qd[k], u[k]) for k in range(checked)])
+            ref = np.array([theirs(model, data, *(x[k] for x in states)) for k in range(checked)])
         else:
             ref = np.array([single(mech, q[k], qd[k], u[k]) for k in range(checked)])
         err = max(np.max(np.abs(out - ref[0])), np.max(np.abs(out_b[:checked] - ref)))
@@ -85,7 +86,7 @@ def bench_size(n, batch, repeats, seed):
         result[f"{name}_batched"] = (
             median_time(lambda: batched(mech, q, qd, u).block_until_ready(), 1, repeats) / batch
         )
-        qk, vk, uk = q[0], qd[0], u[0]
+        qk, vk, uk = (x[0] for x in states)
         result[f"{name}_pinocchio"] = (
             median_time(lambda: theirs(model, data, qk, vk, uk), 2000, repeats) if pin else None
         )
@@ -125,7 +126,7 @@ def us(seconds):
     return f"{seconds * 1e6:.2f}"
 
 
-def markdown(info, results, batch, repeats):
+def markdown(info, results, batch, repeats, before):
     load = ", ".join(f"{x:.2f}" for x in info["load_average"])
     lines = [
         "# Tree dynamics: loopdyn vs Pinocchio",
@@ -144,8 +145,13 @@ def markdown(info, results, batch, repeats):
         "Python. Ratios < 1 mean loopdyn is faster.",
         "- *error*: max |loopdyn - Pinocchio| over the batch, relative to max(1, max |Pinocchio|).",
         "- *compile*: wall time of the first call (trace + XLA compile + one run).",
+        f"- *before*: batched µs/state of the earlier run in `{before['path']}` "
+        f"({before['machine']['date']}) and its ratio to this one."
+        if before
+        else "",
         "",
     ]
+    earlier = {r["n"]: r for r in before["results"]} if before else {}
     for name, title in (
         ("fd", "Forward dynamics (`tree.forward_dynamics` vs `pin.aba`)"),
         ("id", "Inverse dynamics (`tree.inverse_dynamics` vs `pin.rnea`)"),
@@ -154,16 +160,19 @@ def markdown(info, results, batch, repeats):
             f"## {title}",
             "",
             "| n | single µs | batched µs/state | pin µs | batched / pin | single / pin "
-            "| compile single s | compile batched s | error |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| compile single s | compile batched s | error |"
+            + (" before µs/state | before / now |" if before else ""),
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if before else ""),
         ]
         for r in results:
             s, b, p = r[f"{name}_single"], r[f"{name}_batched"], r[f"{name}_pinocchio"]
             peer = f"{us(p)} | {b / p:.2f} | {s / p:.1f}" if p else "- | - | -"
+            old = earlier.get(r["n"], {}).get(f"{name}_batched")
             lines.append(
                 f"| {r['n']} | {us(s)} | {us(b)} | {peer} "
                 f"| {r[f'{name}_compile_single']:.2f} | {r[f'{name}_compile_batched']:.2f} "
                 f"| {r[f'{name}_max_error']:.1e} |"
+                + ((f" {us(old)} | {old / b:.1f} |" if old else " - | - |") if before else "")
             )
         lines.append("")
     return "\n".join(lines)
@@ -182,7 +191,11 @@ def main():
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/tree_dynamics.md")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--sizes", type=int, nargs="*", help="chain lengths (default: all)")
+    parser.add_argument("--baseline", type=Path, help="JSON of an earlier run to compare with")
     args = parser.parse_args()
+    before = None
+    if args.baseline:
+        before = json.loads(args.baseline.read_text()) | {"path": args.baseline.name}
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     repeats = 5 if args.quick else 15
     info, results = machine(), []
@@ -196,7 +209,7 @@ def main():
             f"pin {us(r['id_pinocchio'] or 0)} (µs)",
             flush=True,
         )
-    write_atomic(args.out, markdown(info, results, args.batch, repeats))
+    write_atomic(args.out, markdown(info, results, args.batch, repeats, before))
     raw = {"machine": info, "batch": args.batch, "repeats": repeats, "results": results}
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1))
     print(f"wrote {args.out}")

@@ -21,9 +21,7 @@ def skew(r):
     """3x3 matrix ``r~`` with ``r~ u = r x u``."""
     x, y, z = r[0], r[1], r[2]
     zero = jnp.zeros_like(x)
-    return jnp.stack(
-        [jnp.stack([zero, -z, y]), jnp.stack([z, zero, -x]), jnp.stack([-y, x, zero])]
-    )
+    return jnp.stack([jnp.stack([zero, -z, y]), jnp.stack([z, zero, -x]), jnp.stack([-y, x, zero])])
 
 
 def rotation_about(axis, angle):
@@ -56,8 +54,9 @@ def planar_cross_motion(t):
     """Planar ``t x`` acting on planar twists."""
     w, vx, vy = t[0], t[1], t[2]
     zero = jnp.zeros_like(w)
-    return jnp.stack([jnp.stack([zero, zero, zero]), jnp.stack([vy, zero, -w]),
-                      jnp.stack([-vx, w, zero])])
+    return jnp.stack(
+        [jnp.stack([zero, zero, zero]), jnp.stack([vy, zero, -w]), jnp.stack([-vx, w, zero])]
+    )
 
 
 def cross_force(t, cross):
@@ -69,16 +68,21 @@ def spatial_inertia(mass, com, inertia_com):
     """Extended mass matrix (seed 000 eq. 3) about the frame origin, from the mass, the centre of
     mass ``com`` and the 3x3 inertia about the centre of mass, all in body coordinates."""
     c = skew(com)
-    return jnp.block([[inertia_com + mass * c @ c.T, mass * c], [mass * c.T, mass * jnp.eye(3)]])
+    c_ct = (com[0] ** 2 + com[1] ** 2 + com[2] ** 2) * jnp.eye(3) - jnp.outer(com, com)  # c c^T
+    return jnp.block([[inertia_com + mass * c_ct, mass * c], [mass * c.T, mass * jnp.eye(3)]])
 
 
 def planar_inertia(mass, com, inertia_com):
     """Planar extended mass matrix (3x3): the ``PLANAR_ROWS`` block of ``spatial_inertia``."""
     cx, cy = com[0], com[1]
     izz = inertia_com[2, 2] + mass * (cx * cx + cy * cy)
-    return jnp.stack([jnp.stack([izz, -mass * cy, mass * cx]),
-                      jnp.stack([-mass * cy, mass, 0.0 * mass]),
-                      jnp.stack([mass * cx, 0.0 * mass, mass])])
+    return jnp.stack(
+        [
+            jnp.stack([izz, -mass * cy, mass * cx]),
+            jnp.stack([-mass * cy, mass, 0.0 * mass]),
+            jnp.stack([mass * cx, 0.0 * mass, mass]),
+        ]
+    )
 
 
 def joint_subspace(kind, axis, child_rotation, child_position):
