@@ -1,6 +1,8 @@
 """Random serial and branched trees, built both as a loopdyn Mechanism and as a Pinocchio model,
 and random planar trees built as planar or spatial loopdyn Mechanisms."""
 
+from typing import NamedTuple
+
 import numpy as np
 
 import loopdyn
@@ -65,7 +67,7 @@ def random_tree(n, seed, serial=False, prismatic_share=0.3, child_frames=False):
         )
         names.append(name)
         joints.append(
-            (
+            _Joint(
                 parent,
                 kind,
                 axis,
@@ -80,6 +82,21 @@ def random_tree(n, seed, serial=False, prismatic_share=0.3, child_frames=False):
         )
     mech = builder.build()
     return mech, None if pin is None else _pinocchio_model(mech, joints)
+
+
+class _Joint(NamedTuple):
+    """What `random_tree` drew for one joint and its child body."""
+
+    parent: int
+    kind: str
+    axis: np.ndarray
+    position: np.ndarray
+    rotation: np.ndarray
+    child_position: np.ndarray
+    child_rotation: np.ndarray
+    mass: float
+    com: np.ndarray
+    inertia: np.ndarray
 
 
 def _pinocchio_model(mech, joints):
