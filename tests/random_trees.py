@@ -104,27 +104,16 @@ def _pinocchio_model(mech, joints):
     model = pin.Model()
     model.gravity.linear = np.asarray(mech.gravity).copy()
     body_in_joint = [pin.SE3.Identity()]  # each body frame in its joint frame (Pinocchio's frame)
-    for i, (
-        parent,
-        kind,
-        axis,
-        position,
-        rotation,
-        child_position,
-        child_rotation,
-        mass,
-        com,
-        inertia,
-    ) in enumerate(joints):
-        body_in_joint.append(pin.SE3(child_rotation, child_position).inverse())
+    for i, j in enumerate(joints):
+        body_in_joint.append(pin.SE3(j.child_rotation, j.child_position).inverse())
         joint = (
-            pin.JointModelRevoluteUnaligned(axis)
-            if kind == "revolute"
-            else pin.JointModelPrismaticUnaligned(axis)
+            pin.JointModelRevoluteUnaligned(j.axis)
+            if j.kind == "revolute"
+            else pin.JointModelPrismaticUnaligned(j.axis)
         )
-        placement = body_in_joint[parent] * pin.SE3(rotation, position)
-        jid = model.addJoint(parent, joint, placement, f"j{i}")
-        model.appendBodyToJoint(jid, pin.Inertia(mass, com, inertia), body_in_joint[-1])
+        placement = body_in_joint[j.parent] * pin.SE3(j.rotation, j.position)
+        jid = model.addJoint(j.parent, joint, placement, f"j{i}")
+        model.appendBodyToJoint(jid, pin.Inertia(j.mass, j.com, j.inertia), body_in_joint[-1])
     return model
 
 
