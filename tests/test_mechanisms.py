@@ -62,7 +62,7 @@ def world_point(mech, q, body, local):
     """World position of a point given in body coordinates (body -1: the ground)."""
     if body < 0:
         return np.asarray(local)
-    rotation, position = poses(mech, q)
+    position, rotation = poses(mech, q)
     return np.asarray(position[body] + rotation[body] @ local)
 
 
@@ -73,7 +73,7 @@ def joint_point(mech, q, name):
 
 
 def angle(mech, q, body):
-    rotation, _ = poses(mech, q)
+    _, rotation = poses(mech, q)
     r = np.asarray(rotation[mech.body_index(body)])
     return math.atan2(r[1, 0], r[0, 0])
 
@@ -232,7 +232,7 @@ def test_three_rrr_reproduces_seed_004_initial_state():
     np.testing.assert_array_equal(
         np.asarray(q)[list(mech.actuated)], [pi / 3, 4 * pi / 3, 11 * pi / 6]
     )
-    rotation, position = poses(mech, q)
+    position, rotation = poses(mech, q)
     k = mech.body_index("platform3")
     centroid = np.asarray(position[k] + rotation[k] @ mech.com[k])
     got = [
@@ -497,7 +497,7 @@ def quarter_car_statics(mech):
     grad = jax.grad(energy.potential_energy, argnums=1)(mech, q)
     scale = jnp.abs(tree.bias_forces(mech, q, zero)) @ jnp.abs(t)
     upright = mech.body_index("upright")
-    lift = jax.jacfwd(lambda x: tree.forward_kinematics(mech, x)[1][upright])(q) @ t
+    lift = jax.jacfwd(lambda x: tree.forward_kinematics(mech, x)[0][upright])(q) @ t
     return t @ net, t @ grad, scale, lift
 
 

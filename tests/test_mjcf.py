@@ -115,7 +115,7 @@ def loopdyn_kinematics(mech, qs, jacobian=False):
     """Body poses, Phi and (optionally) J at a batch of configurations: one compile per model."""
 
     def one(q):
-        rotation, position = tree.forward_kinematics(mech, q)
+        position, rotation = tree.forward_kinematics(mech, q)
         jac = kinematics.loop_jacobian(mech, q) if jacobian else None
         return rotation, position, kinematics.loop_residual(mech, q), jac
 

@@ -54,7 +54,7 @@ def evaluate(mech, s):
     """Every `tree` function at each of the states ``s`` (eager)."""
 
     def one(q, qd, qdd, tau, f_ext):
-        rotation, position = tree.forward_kinematics(mech, q)
+        position, rotation = tree.forward_kinematics(mech, q)
         tau_id = tree.inverse_dynamics(mech, q, qd, qdd)
         tau_ext = tree.inverse_dynamics(mech, q, qd, qdd, f_ext)
         return {

@@ -21,7 +21,7 @@ def kinetic_energy(
 def potential_energy(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, ""]:
     """Gravity potential ``-sum_i m_i g . r_i`` (``r_i`` the world centre of mass) plus the
     elastic energy ``1/2 k (L - L0)^2`` of every spring."""
-    rotation, position = tree.forward_kinematics(mech, q)
+    position, rotation = tree.forward_kinematics(mech, q)
     com = position + jnp.einsum("nij,nj->ni", rotation, mech.com)
     gravity = -jnp.sum(mech.mass * (com @ mech.gravity))
     stretch = forces.spring_lengths(mech, q) - mech.spring_rest_length

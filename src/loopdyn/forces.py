@@ -22,7 +22,7 @@ def _point_state(rotation, position, twist, point):
 
 def spring_lengths(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " s"]:
     """Current length ``L`` of every spring."""
-    rotation, position = tree.forward_kinematics(mech, q)
+    position, rotation = tree.forward_kinematics(mech, q)
     lengths = []
     for k, (a, b) in enumerate(mech.spring_bodies):
         ends = [
@@ -39,7 +39,7 @@ def spring_wrenches(
     """Body wrenches ``(n, d)`` of all spring-dampers at ``(q, qd)``."""
     if not mech.spring_names:
         return jnp.zeros((mech.num_bodies, mech.dim), q.dtype)
-    rotation, position = tree.forward_kinematics(mech, q)
+    position, rotation = tree.forward_kinematics(mech, q)
     twist = tree.twists(mech, q, qd)
     if mech.planar:  # back to the spatial layout [0, 0, w_z, v_x, v_y, 0]
         twist = jnp.zeros((mech.num_bodies, 6), q.dtype).at[:, spatial.PLANAR_ROWS].set(twist)

@@ -59,8 +59,7 @@ def body_poses(
 ) -> tuple[Float[Array, "n 3"], Float[Array, "n 3 3"]]:
     """World position ``(n, 3)`` of every body frame origin and its rotation ``(n, 3, 3)``, in the
     order of ``mech.body_names`` (positions first)."""
-    rotation, position = tree.forward_kinematics(mech, q)
-    return position, rotation
+    return tree.forward_kinematics(mech, q)
 
 
 def _spatial(mech, x):
@@ -177,7 +176,7 @@ def _ends(mech, q, qd=None, jacobian=False):
     ``dt_k = dt_parent + t_k x S_k qd_k`` (at ``qdd = 0``), i.e. sums over the ancestors, taken
     with the static matrix `_moves`; the columns of J are the ``S_i`` carried to the cut frames.
     """
-    rotation, position = tree.forward_kinematics(mech, q)
+    position, rotation = tree.forward_kinematics(mech, q)
     bodies = np.array([[cut.body_a, cut.body_b] for cut in mech.cut_joints], dtype=int).reshape(
         -1, 2
     )

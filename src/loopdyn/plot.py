@@ -12,7 +12,7 @@ from .mechanism import Mechanism
 
 def skeleton(mech: Mechanism, q) -> list[np.ndarray]:
     """World polylines ``(k, 3)``, one per body: from its tree joint to every other joint on it."""
-    rotation, position = (np.asarray(a) for a in tree.forward_kinematics(mech, q))
+    position, rotation = (np.asarray(a) for a in tree.forward_kinematics(mech, q))
     points = [[np.asarray(mech.child_position[i])] for i in range(mech.num_bodies)]
     for i, p in enumerate(mech.parent):
         if p >= 0:

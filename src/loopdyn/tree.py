@@ -133,9 +133,10 @@ def _poses(mech, q):
 
 
 def forward_kinematics(mech: Mechanism, q: Float[Array, " n"]):
-    """World rotation ``(n, 3, 3)`` and origin ``(n, 3)`` of every body frame."""
+    """World origin ``(n, 3)`` and rotation ``(n, 3, 3)`` of every body frame (positions first,
+    as everywhere in loopdyn)."""
     rotation, position = _poses(mech, q)
-    return jnp.stack(rotation), jnp.stack(position)
+    return jnp.stack(position), jnp.stack(rotation)
 
 
 def motion_subspaces(mech: Mechanism) -> Float[Array, "n d"]:
