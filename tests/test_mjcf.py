@@ -278,29 +278,34 @@ def test_planar_choice():
     for a, b in zip(jax.tree.leaves(planar), jax.tree.leaves(spatial)):  # same geometry and inertia
         np.testing.assert_array_equal(a, b)
     xy_gravity_z = (DATA / "fourbar.xml").read_text().replace('<option gravity="0 -9.81 0"/>', "")
-    xz_plane = """<mujoco><worldbody>
+    xz_gravity_y = """<mujoco><option gravity="0 -9.81 0"/><worldbody>
         <body name="crank"><joint name="t1" axis="0 1 0"/><geom size="0.05"/>
           <body name="coupler" pos="0.3 0 0.4"><joint name="t2" axis="0 1 0"/><geom size="0.05"/>
           </body></body>
         <body name="rocker" pos="1.1 0 0"><joint name="t3" axis="0 1 0"/><geom size="0.05"/></body>
       </worldbody>
       <equality><connect body1="coupler" body2="rocker" anchor="0.8 0 0"/></equality></mujoco>"""
-    for xml, normal in ((xy_gravity_z, "[0.0, 0.0, 1.0]"), (xz_plane, "[0.0, 1.0, 0.0]")):
-        with pytest.raises(ValueError, match=re.escape(f"moves in planes normal to {normal}")):
+    for xml, normal, gravity in (
+        (xy_gravity_z, "[0.0, 0.0, 1.0]", "[0.0, 0.0, -9.81]"),
+        (xz_gravity_y, "[0.0, 1.0, 0.0]", "[0.0, -9.81, 0.0]"),
+    ):
+        message = f"moves in planes normal to {normal}, but gravity {gravity} is not in the plane"
+        with pytest.raises(ValueError, match=re.escape(message)):
             load_mjcf(xml)  # a planar loop would get a spatial cut joint with a vanishing row
         assert [c.kind for c in load_mjcf(xml, planar=False).cut_joints] == ["spherical"]
     with pytest.raises(ValueError, match=r"not planar: gravity \[0.5, -1.2, -9.81\]"):
         load_mjcf(DATA / "serial.xml", planar=True)
     for body, joint, reason in (
         ("", 'type="ball"', "joint 'j' is a ball joint"),
-        ("", 'axis="0 1 0"', "hinge 'j' has axis"),
+        ("", 'axis="0 1 0"', "gravity [0.0, -9.81, 0.0] is not in the plane of motion"),
+        ("", 'axis="0 1 0"/><joint name="k"', "hinge 'j' has axis"),  # no common plane
         ("", 'type="slide" axis="0 0.6 0.8"', "slide 'j' has axis"),
-        ('euler="90 0 0"', 'axis="0 1 0"', "joint 'j': its frame turns out of the xy-plane"),
+        ('euler="90 0 0"', 'axis="0 1 0"', "joint 'j': its frame turns out of the plane"),
     ):  # the last hinge axis is along world z, but the body frame is not in the plane
         xml = f"""<mujoco><option gravity="0 -9.81 0"/><worldbody><body {body}>
                   <joint name="j" {joint}/><geom size="0.1"/></body></worldbody></mujoco>"""
         assert load_mjcf(xml).planar is False
-        with pytest.raises(ValueError, match=f"not planar: {reason}"):
+        with pytest.raises(ValueError, match=re.escape(f"not planar: {reason}")):
             load_mjcf(xml, planar=True)
 
 
@@ -378,7 +383,12 @@ EQUALITIES = """
 
 def test_weld_and_connect_frames_match_mujoco():
     model = mujoco.MjModel.from_xml_string(EQUALITIES)
-    mech = load_mjcf(EQUALITIES)
+    with pytest.warns(UserWarning, match="apart at qpos0") as caught:
+        mech = load_mjcf(EQUALITIES)  # the sites of both connects are apart: the loops are open
+    assert [str(w.message).split(":")[0] for w in caught] == [
+        "equality 'c_sites'",
+        "equality 'c_post'",
+    ]
     assert not mech.planar
     assert [(c.name, c.kind) for c in mech.cut_joints] == [
         ("w", "weld"),

@@ -3,9 +3,9 @@
 The mapping, MuJoCo -> loopdyn:
 
 - Bodies keep MuJoCo's names and body frames, so at the same configuration
-  `tree.forward_kinematics` equals MuJoCo's ``xpos``/``xmat``. The inertia about the centre of mass
-  ``body_ipos`` is ``body_inertia`` (principal moments) turned by ``body_iquat``. The world body is
-  the ground.
+  `tree.forward_kinematics` equals MuJoCo's ``xpos``/``xmat`` (turned by ``R``: see Planar). The
+  inertia about the centre of mass ``body_ipos`` is ``body_inertia`` (principal moments) turned by
+  ``body_iquat``. The world body is the ground.
 - A body without joints is welded to its parent. Its mass and inertia are merged into the nearest
   moving ancestor, and it is no loopdyn body of its own; a body welded to the world is part of the
   ground.
@@ -19,24 +19,39 @@ The mapping, MuJoCo -> loopdyn:
   mechanism. ``<equality><weld>`` becomes a weld cut joint. Both are anchored on bodies
   (``eq_data``: MuJoCo computes body2's point or pose at ``qpos0``) or on sites (the site points
   or frames must coincide). ``solref``, ``solimp`` and ``torquescale`` only shape MuJoCo's soft
-  constraints; they are not used, since loopdyn's constraints are exact.
+  constraints; they are not used, since loopdyn's constraints are exact. A connect whose two
+  points are apart at ``qpos0`` gets a warning with its name and the distance: MuJoCo would pull
+  them together as it simulates, while loopdyn keeps them as drawn (``q0`` then violates the
+  loop). Body-anchored connects are closed at ``qpos0`` by construction, since MuJoCo puts
+  body2's point at the anchor whatever the drawing (which silently sets the link's length).
 - ``<actuator><motor joint=...>`` (or a ``<general>`` like it) makes that hinge or slide coordinate
   actuated. loopdyn's input is the joint force itself; MuJoCo's ``ctrl`` is that force divided by
   gear x gain. Control and force ranges are not represented.
 - Gravity: ``opt.gravity``, or zero when the gravity flag is disabled.
-- Planar: at ``qpos0``, every joint frame turns about z only, every hinge axis is along +-z, every
-  slide axis lies in the xy-plane, no joint is a ball, and gravity has no z component. ``planar``
-  forces the choice. True on a spatial model is an error; False builds a planar model as spatial.
-  A closed-loop mechanism that moves in parallel planes but fails this test (drawn in the
-  xz-plane, or with gravity out of its plane) is refused unless ``planar=False``: as a spatial
-  model its connect/weld constraints would have rows that vanish identically.
+- Planar: at ``qpos0`` every hinge axis is along one world direction n, every slide axis is
+  perpendicular to it, no joint is a ball, every joint frame turns about n only, and gravity is
+  perpendicular to n (or zero). ``planar`` forces the choice: True on a spatial model is an error;
+  False builds a planar model as spatial. loopdyn's planar algebra lives in the xy-plane, so a
+  plane other than the xy-plane (the xz-plane with hinges about y and gravity along -z, as MuJoCo
+  models are usually drawn) is turned into it by one constant rotation ``R`` of the whole model
+  (`world_rotation` returns it): world vectors ``v`` become ``R v``, body-frame vectors too, and
+  relative rotations ``M`` become ``R M R^T``. The rows of ``R`` are the plane's right, up
+  (against gravity) and normal directions; for the usual xz drawing ``R (x, y, z) = (x, z, -y)``,
+  so gravity becomes ``(0, -9.81, 0)``. Coordinates, the mass matrix and the bias forces are
+  unchanged by it; loop rows and their multipliers are in the turned world axes, and
+  `kinematics.body_poses` returns the turned poses, the file's being ``(R^T p, R^T R_b R)``.
+  Spatial models and planar ones in the xy-plane are not turned (``R`` is the identity). A
+  closed-loop mechanism that moves in parallel planes but fails this test (gravity out of its
+  plane, or a body frame tilted out of it) is refused unless ``planar=False``: as a spatial model
+  its connect/weld constraints would have rows that vanish identically.
 - Unnamed bodies, joints and equalities are named ``body<id>``, ``joint<id>`` and
   ``equality<id>``, with MuJoCo's element id.
 
 Joint limits are ignored with a warning (loopdyn enforces none). Refused with a ``ValueError``
-naming the element, since loopdyn cannot represent them: free joints, joint stiffness, damping, armature and friction loss, mocap bodies, gravity compensation,
-tendons, flexes, explicit contact pairs, equality constraints other than active connect/weld,
-actuators other than a joint motor, and fluid forces. Geoms count only through the inertia MuJoCo
+naming the element, since loopdyn cannot represent them: free joints, joint stiffness, damping,
+armature and friction loss, mocap bodies, gravity compensation, tendons, flexes, explicit
+contact pairs, equality constraints other than active connect/weld, actuators other than a joint
+motor, and fluid forces. Geoms count only through the inertia MuJoCo
 computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
 cameras, lights, keyframes, the time step and the integrator.
 """
@@ -55,6 +70,8 @@ if TYPE_CHECKING:
     import mujoco
 
 _TOL = 1e-12  # planar detection: the tolerance of the builder's own planar check
+_GAP = 1e-9  # connect points farther apart at qpos0 than this (times the model's extent) warn
+_Z = np.array([0.0, 0.0, 1.0])
 # MuJoCo's enums (mjtJoint, mjtEq, mjtObj, mjtDisableBit), fixed in its C API.
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 _JOINT_KINDS = {_BALL: "spherical", _SLIDE: "prismatic", _HINGE: "revolute"}
@@ -68,30 +85,58 @@ def load_mjcf(source: str | os.PathLike | mujoco.MjModel, planar: bool | None = 
     """Build a `Mechanism` from MJCF: a file path, the XML text itself (a string starting with
     ``<``) or a compiled ``mujoco.MjModel``. See the module docstring for the mapping. ``planar``:
     None detects it, True or False forces it."""
+    return _load(source, planar)[0]
+
+
+def world_rotation(
+    source: str | os.PathLike | mujoco.MjModel, planar: bool | None = None
+) -> np.ndarray:
+    """The constant rotation ``R`` that `load_mjcf` (same arguments) turns the file's world by:
+    identity, unless the model is a planar mechanism drawn outside the xy-plane. A loaded body's
+    pose ``(p, R_b)`` is the file's ``(R.T @ p, R.T @ R_b @ R)``; a world vector ``v`` of the file
+    (a force, a point) is ``R @ v`` in the loaded mechanism."""
+    return _load(source, planar)[1]
+
+
+def _load(source, planar):
+    """The mechanism and the rotation of the file's world into loopdyn's."""
     model = _compile(source)
     _refuse_unsupported(model)
     frames = _frames(model)
     joints, massless = _tree_joints(model, frames)
     cuts = _cut_joints(model, frames)
     gravity = np.zeros(3) if model.opt.disableflags & _DSBL_GRAVITY else model.opt.gravity.copy()
-    misfit = _planar_misfit(joints + cuts, gravity)
+    normal = _plane_normal(model)
+    turn = np.eye(3) if planar is False else _plane_rotation(normal, gravity)
+    specs = [_turned_spec(turn, spec) for spec in joints + cuts]
+    inertias = {
+        name: (mass, turn @ com, turn @ inertia @ turn.T)
+        for name, (mass, com, inertia) in _inertias(model, frames).items()
+    }
+    misfit = _planar_misfit(specs, turn @ gravity)
+    if misfit and normal is not None and abs(gravity @ normal) > _TOL:
+        misfit = f"gravity {gravity.tolist()} is not in the plane of motion"
     if planar and misfit:
         raise ValueError(f"the MJCF model is not planar: {misfit}")
-    normal = _plane_normal(model) if planar is None and misfit and cuts else None
-    if normal is not None:
+    if planar is None and misfit and cuts and normal is not None:
         raise ValueError(
             f"the mechanism moves in planes normal to {normal.round(12).tolist()}, but "
-            f"{misfit}: built as a spatial model its loop constraints would be redundant. Draw "
-            "planar mechanisms in the xy-plane (hinge axes along z, gravity in the plane), or "
-            "pass planar=False to build it spatially anyway"
+            f"{misfit}: built as a spatial model its loop constraints would be redundant. Give "
+            "gravity in the plane (or none), or pass planar=False to build it spatially anyway"
         )
     planar = misfit is None if planar is None else planar
+    if not planar:
+        turn, specs = np.eye(3), joints + cuts
+        inertias = _inertias(model, frames)
+    gravity = turn @ gravity
+    if planar:
+        gravity[2] = 0.0  # in the plane, up to rounding: the builder wants it exactly
     builder = MechanismBuilder(planar=planar, gravity=gravity)
-    for name, (mass, com, inertia) in _inertias(model, frames).items():
+    for name, (mass, com, inertia) in inertias.items():
         builder.add_body(name, mass=mass, com=com, inertia=inertia)
     for name in massless:
         builder.add_frame(name)
-    for spec in joints + cuts:
+    for spec in specs:
         if spec["kind"] == "connect":
             spec = {**spec, "kind": "revolute" if planar else "spherical"}
         builder.add_joint(**spec)
@@ -100,7 +145,9 @@ def load_mjcf(source: str | os.PathLike | mujoco.MjModel, planar: bool | None = 
         for j in range(model.njnt)
         if model.jnt_type[j] in (_SLIDE, _HINGE)
     }
-    return builder.build(q0=q0)
+    mech = builder.build(q0=q0)
+    _warn_open_connects(model)
+    return mech, turn
 
 
 def _compile(source):
@@ -182,7 +229,7 @@ def _refuse_joint(model, j):
         warnings.warn(
             f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
             "they are ignored",
-            stacklevel=3,
+            stacklevel=5,  # load_mjcf's caller
         )
     for what, fields, index in (
         ("stiffness", ("jnt_stiffness", "jnt_stiffnesspoly"), j),
@@ -373,16 +420,80 @@ def _plane_normal(model):
     hinges = [a for a, kind in zip(world, model.jnt_type) if kind == _HINGE]
     if _BALL in model.jnt_type or not hinges:
         return None
-    normal = hinges[0]
+    normal = hinges[0] / np.linalg.norm(hinges[0])
     in_planes = all(np.linalg.norm(np.cross(a, normal)) < 1e-9 for a in hinges) and all(
         abs(a @ normal) < 1e-9 for a, kind in zip(world, model.jnt_type) if kind == _SLIDE
     )
     return normal if in_planes else None
 
 
+def _plane_rotation(normal, gravity):
+    """The rotation of the world that takes the plane of motion (``normal``; None: no plane) to
+    the xy-plane: its rows are the plane's right, up and normal directions. Up is against
+    gravity (or the world's z turned into the plane when there is none), the normal's sign makes
+    the largest component of right = up x normal positive; an xz-plane with gravity along -z
+    becomes (x, y, z) -> (x, z, -y). Identity when the plane is the xy-plane already, or when
+    gravity leaves the plane (the model is then not planar)."""
+    if (
+        normal is None
+        or np.linalg.norm(np.cross(normal, _Z)) < _TOL
+        or abs(gravity @ normal) > _TOL
+    ):
+        return np.eye(3)
+    up = -gravity if np.linalg.norm(gravity) > _TOL else _Z - (_Z @ normal) * normal
+    up = up / np.linalg.norm(up)
+    right = np.cross(up, normal)
+    if right[np.argmax(np.abs(right))] < 0:
+        right, normal = -right, -normal
+    return np.array([right, up, normal])
+
+
+def _turned_spec(turn, spec):
+    """Joint keyword arguments with every frame expressed in axes turned by ``turn``: vectors
+    ``turn @ v``, relative rotations ``turn @ R @ turn.T`` (world and body frames alike)."""
+    out = dict(spec)
+    for key in ("axis", "position", "child_position"):
+        if out.get(key) is not None:
+            out[key] = turn @ out[key]
+    for key in ("rotation", "child_rotation"):
+        if key in out:
+            out[key] = turn @ out[key] @ turn.T
+    return out
+
+
+def _warn_open_connects(model):
+    """Warn of every connect equality whose two points are apart at ``qpos0``: only sites (or a
+    compiled model whose ``eq_data`` was edited) can be, since for bodies MuJoCo's compiler puts
+    body2's point where body1's anchor is at ``qpos0``."""
+    import mujoco
+
+    data = mujoco.MjData(model)  # at qpos0
+    mujoco.mj_kinematics(model, data)
+    for e in range(model.neq):
+        if model.eq_type[e] == _WELD:
+            continue
+        one, two = model.eq_obj1id[e], model.eq_obj2id[e]
+        if model.eq_objtype[e] == _OBJ_SITE:
+            points = data.site_xpos[one], data.site_xpos[two]
+        else:
+            points = [
+                data.xpos[b] + data.xmat[b].reshape(3, 3) @ model.eq_data[e, 3 * k : 3 * k + 3]
+                for k, b in enumerate((one, two))
+            ]
+        gap = np.linalg.norm(points[0] - points[1])
+        if gap > _GAP * max(1.0, model.stat.extent):
+            warnings.warn(
+                f"equality {_name(model, 'equality', e)!r}: the two points of this connect are "
+                f"{gap:.6g} apart at qpos0 (the file does not draw its loop closed). MuJoCo "
+                "pulls them together once it simulates; loopdyn keeps both points as drawn, so "
+                "mech.q0 violates this loop: close the drawing, or assemble q0 "
+                "(kinematics.assemble)",
+                stacklevel=4,  # load_mjcf's caller
+            )
+
+
 def _planar_misfit(specs, gravity):
     """Why the joints (builder keyword arguments) and gravity are not planar, or None."""
-    z = np.array([0.0, 0.0, 1.0])
     if abs(gravity[2]) > _TOL:
         return f"gravity {gravity.tolist()} has a z component"
     for s in specs:
@@ -390,10 +501,10 @@ def _planar_misfit(specs, gravity):
         if kind == "spherical":
             return f"joint {name!r} is a ball joint"
         for key in ("rotation", "child_rotation"):
-            if key in s and not np.allclose(s[key] @ z, z, rtol=0.0, atol=_TOL):
-                return f"joint {name!r}: its frame turns out of the xy-plane"
-        if kind == "revolute" and abs(abs(s["axis"] @ z) - 1.0) > _TOL:
+            if key in s and not np.allclose(s[key] @ _Z, _Z, rtol=0.0, atol=_TOL):
+                return f"joint {name!r}: its frame turns out of the plane of motion"
+        if kind == "revolute" and abs(abs(s["axis"] @ _Z) - 1.0) > _TOL:
             return f"hinge {name!r} has axis {s['axis'].tolist()}, not along z"
-        if kind == "prismatic" and abs(s["axis"] @ z) > _TOL:
+        if kind == "prismatic" and abs(s["axis"] @ _Z) > _TOL:
             return f"slide {name!r} has axis {s['axis'].tolist()}, not in the xy-plane"
     return None
