@@ -3,6 +3,7 @@ against the same mechanisms built with `MechanismBuilder`."""
 
 import pathlib
 import re
+import warnings
 
 import equinox as eqx
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from loopdyn import kinematics, tree
-from loopdyn.io.mjcf import load_mjcf
+from loopdyn.io.mjcf import load_mjcf, world_rotation
 from loopdyn.mechanism import MechanismBuilder
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -307,6 +308,129 @@ def test_planar_choice():
         assert load_mjcf(xml).planar is False
         with pytest.raises(ValueError, match=re.escape(f"not planar: {reason}")):
             load_mjcf(xml, planar=True)
+
+
+def fourbar_in_plane(turn):
+    """The four-bar of tests/data/fourbar.xml drawn in the plane whose right, up and normal
+    directions are the columns of ``turn`` (identity: the xy-plane), gravity down. Its hinges
+    turn about minus the normal, so the xz-plane ``(x, z, -y)`` gives hinges about +y, as MuJoCo
+    users draw them. The crank's ref turns its joint frame; inertias clear of the triangle
+    inequality's edge, which rounding would cross."""
+
+    def vec(*v):
+        return " ".join(repr(float(x)) for x in turn @ np.array(v, dtype=np.float64))
+
+    def inertia(*moments):
+        full = turn @ np.diag(moments) @ turn.T
+        return " ".join(repr(float(full[i, j])) for i, j in _UPPER)
+
+    return f"""<mujoco><option gravity="{vec(0, -9.81, 0)}"/><worldbody>
+      <body name="crank">
+        <joint name="theta1" axis="{vec(0, 0, -1)}" ref="30"/>
+        <inertial pos="{vec(0.15, 0.2, 0)}" mass="1" fullinertia="{inertia(0.012, 0.01, 0.02)}"/>
+        <body name="coupler" pos="{vec(0.3, 0.4, 0)}">
+          <joint name="theta2" axis="{vec(0, 0, -1)}"/>
+          <inertial pos="{vec(0.4, 0, 0)}" mass="2" fullinertia="{inertia(0.05, 0.06, 0.11)}"/>
+        </body>
+      </body>
+      <body name="rocker" pos="{vec(1.1, 0, 0)}" axisangle="{vec(0, 0, 1)} 90">
+        <joint name="theta3" axis="{vec(0, 0, -1)}"/>
+        <inertial pos="{vec(0.2, 0, 0)}" mass="1.5" fullinertia="{inertia(0.022, 0.02, 0.04)}"/>
+      </body>
+    </worldbody>
+    <equality><connect name="B" body1="coupler" body2="rocker" anchor="{vec(0.8, 0, 0)}"/>
+    </equality></mujoco>"""
+
+
+_UPPER = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))  # MuJoCo's fullinertia order
+XZ = np.array([[1.0, 0, 0], [0, 0, -1], [0, 1, 0]])  # columns: right x, up z, normal -y
+
+
+def tilted_plane():
+    """Right, up and normal of a plane tilted every way, right's largest component positive."""
+    turn = np.zeros(9)
+    mujoco.mju_quat2Mat(turn, euler_quat([0.3, -0.7, 1.1]))
+    turn = turn.reshape(3, 3)
+    return turn if turn[np.argmax(abs(turn[:, 0])), 0] > 0 else turn @ np.diag([-1.0, 1, -1])
+
+
+@eqx.filter_jit
+def loop_dynamics(mech, qs, qds):
+    """Mass matrix, bias forces, (Phi, J, J' qd) and body poses at a batch of states."""
+
+    def one(q, qd):
+        terms = kinematics.loop_terms(mech, q, qd)
+        return tree.mass_matrix(mech, q), tree.bias_forces(mech, q, qd), terms
+
+    return jax.vmap(one)(qs, qds), jax.vmap(lambda q: kinematics.body_poses(mech, q))(qs)
+
+
+@pytest.mark.parametrize("plane", ["xz", "tilted"])
+def test_any_plane_loads_planar_like_xy_spatial_and_mujoco(plane):
+    turn = XZ if plane == "xz" else tilted_plane()
+    xml = fourbar_in_plane(turn)
+    if plane == "xz":  # what a MuJoCo user writes: hinges about y, gravity along -z
+        assert 'axis="0.0 1.0 0.0"' in xml and 'gravity="0.0 0.0 -9.81"' in xml
+    mech, model = load_mjcf(xml), mujoco.MjModel.from_xml_string(xml)
+    in_xy, spatial = load_mjcf(fourbar_in_plane(np.eye(3))), load_mjcf(xml, planar=False)
+    rotation = world_rotation(xml)  # the file's world into loopdyn's: turn^T
+    assert mech.planar and in_xy.planar and not spatial.planar
+    np.testing.assert_allclose(rotation, turn.T, atol=1e-15, rtol=0)
+    np.testing.assert_array_equal(world_rotation(xml, planar=False), np.eye(3))
+    np.testing.assert_array_equal(mech.gravity, [0.0, -9.81, 0.0])
+    for a, b in zip(jax.tree.leaves(mech), jax.tree.leaves(in_xy)):  # the same planar model
+        np.testing.assert_allclose(a, b, atol=TOL, rtol=0)
+
+    qs, qds = random_states(mech, 5, seed=5)
+    (mass, bias, (phi, jac, rate)), (pos, rot) = jax.tree.map(
+        np.asarray, loop_dynamics(mech, qs, qds)
+    )
+    (mass_xy, bias_xy, terms_xy), _ = loop_dynamics(in_xy, qs, qds)
+    (mass_3d, bias_3d, terms_3d), _ = loop_dynamics(spatial, qs, qds)
+    for got, want in zip((mass, bias, phi, jac, rate), (mass_xy, bias_xy, *terms_xy)):
+        np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+    np.testing.assert_allclose(mass, mass_3d, atol=TOL, rtol=0)
+    np.testing.assert_allclose(bias, bias_3d, atol=TOL, rtol=0)
+    for got, rows in zip((phi, jac, rate), terms_3d):  # spatial point rows, turned into the plane
+        np.testing.assert_allclose(
+            got, np.einsum("ij,kj...->ki...", rotation, rows)[:, :2], atol=TOL, rtol=0
+        )
+    assert abs(phi).max() > 1e-2 and abs(phi[0]).max() < TOL  # closed at q0 only
+
+    dofs = [model.jnt_dofadr[mujoco_id(model, "joint", c)] for c in mech.coordinate_names]
+    assert_dynamics_match_mujoco(model, mech, dofs, qs, qds)
+    for k in range(len(qs)):  # poses and loop gaps back in the file's frame
+        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        file_rot, file_pos = rotation.T @ rot[k] @ rotation, pos[k] @ rotation
+        assert assert_poses_match_mujoco(model, mech, file_rot, file_pos, data) == 3
+        np.testing.assert_allclose(
+            phi[k], -(rotation @ equality_gap(model, data, 0))[:2], atol=TOL, rtol=0
+        )
+
+
+OPEN = """<mujoco><option gravity="0 -9.81 0"/><worldbody>
+  <body name="arm"><joint name="a"/><geom size="0.1"/><site name="tip" pos="1 0 0"/></body>
+  <body name="other" pos="2 0 0"><joint name="b"/><geom size="0.1"/>
+    <site name="end" pos="-0.96 0.03 0"/></body>
+  </worldbody><equality><connect {name} site1="tip" site2="end"/></equality></mujoco>"""
+
+
+@pytest.mark.parametrize("name, shown", [("", "equality0"), ('name="pin"', "pin")])
+def test_open_connect_warns_with_its_name_and_distance(name, shown):
+    with pytest.warns(UserWarning, match=rf"equality '{shown}': .* are 0\.05 apart at qpos0"):
+        mech = load_mjcf(OPEN.format(name=name))  # the sites are (0.04, 0.03) apart
+    np.testing.assert_allclose(np.linalg.norm(kinematics.loop_residual(mech, mech.q0)), 0.05)
+
+
+def test_edited_connect_warns_and_closed_ones_do_not():
+    model = mujoco.MjModel.from_xml_string(fourbar_in_plane(XZ))
+    model.eq_data[0, 3:6] += (0.0, 0.0, 0.02)  # body2's point, moved along the rocker
+    with pytest.warns(UserWarning, match=r"equality 'B': .* are 0\.02 apart at qpos0"):
+        load_mjcf(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # closed as drawn: silent
+        for source in ("fourbar", "three_rrr", "rssr", fourbar_in_plane(XZ)):
+            load_mjcf(source if source.startswith("<") else DATA / f"{source}.xml")
 
 
 # ---------------------------------------------------------------- spatial models

@@ -128,9 +128,10 @@ def _load(source, planar):
     if not planar:
         turn, specs = np.eye(3), joints + cuts
         inertias = _inertias(model, frames)
-    gravity = turn @ gravity
-    if planar:
-        gravity[2] = 0.0  # in the plane, up to rounding: the builder wants it exactly
+    if planar and np.any(turn != np.eye(3)):  # turned: up is against gravity, exactly
+        gravity = np.array([0.0, -np.linalg.norm(gravity), 0.0])
+    elif planar:
+        gravity[2] = 0.0  # in the plane up to rounding: the builder wants it exactly
     builder = MechanismBuilder(planar=planar, gravity=gravity)
     for name, (mass, com, inertia) in inertias.items():
         builder.add_body(name, mass=mass, com=com, inertia=inertia)
