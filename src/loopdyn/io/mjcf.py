@@ -109,9 +109,10 @@ def _load(source, planar):
     normal = _plane_normal(model)
     turn = np.eye(3) if planar is False else _plane_rotation(normal, gravity)
     specs = [_turned_spec(turn, spec) for spec in joints + cuts]
+    drawn = _inertias(model, frames)
     inertias = {
         name: (mass, turn @ com, turn @ inertia @ turn.T)
-        for name, (mass, com, inertia) in _inertias(model, frames).items()
+        for name, (mass, com, inertia) in drawn.items()
     }
     misfit = _planar_misfit(specs, turn @ gravity)
     if misfit and normal is not None and abs(gravity @ normal) > _TOL:
@@ -121,13 +122,13 @@ def _load(source, planar):
     if planar is None and misfit and cuts and normal is not None:
         raise ValueError(
             f"the mechanism moves in planes normal to {normal.round(12).tolist()}, but "
-            f"{misfit}: built as a spatial model its loop constraints would be redundant. Give "
-            "gravity in the plane (or none), or pass planar=False to build it spatially anyway"
+            f"{misfit}: built as a spatial model its loop constraints would be redundant. Keep "
+            "gravity in the plane (or none) and body frames turned about its normal only, or "
+            "pass planar=False to build it spatially anyway"
         )
     planar = misfit is None if planar is None else planar
     if not planar:
-        turn, specs = np.eye(3), joints + cuts
-        inertias = _inertias(model, frames)
+        turn, specs, inertias = np.eye(3), joints + cuts, drawn
     if planar and np.any(turn != np.eye(3)):  # turned: up is against gravity, exactly
         gravity = np.array([0.0, -np.linalg.norm(gravity), 0.0])
     elif planar:
