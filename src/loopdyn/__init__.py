@@ -1,6 +1,7 @@
 """loopdyn: differentiable dynamics of multi-closed-loop mechanisms in JAX."""
 
-from . import energy, forces, kinematics, mechanisms, simulate, spatial, topology, tree
+from . import energy, forces, forward, kinematics, mechanisms, simulate, spatial, topology, tree
+from .forward import forward_dynamics
 from .io.mjcf import load_mjcf
 from .mechanism import CutJoint, Mechanism, MechanismBuilder
 
@@ -10,6 +11,8 @@ __all__ = [
     "MechanismBuilder",
     "energy",
     "forces",
+    "forward",
+    "forward_dynamics",
     "kinematics",
     "load_mjcf",
     "mechanisms",

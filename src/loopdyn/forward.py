@@ -1,0 +1,302 @@
+"""Closed-loop forward dynamics: joint accelerations ``qdd`` and loop-closure multipliers ``lam``.
+
+The mechanism is its spanning tree plus loop-closure constraints ``Phi(q) = 0`` (`kinematics`).
+With ``phi = tau - C qd - g + N^T f`` (joint forces, velocity and gravity terms, spring and user
+wrenches) the equations of motion and the acceleration constraints are (seed 000 eqs. 9-10)::
+
+    I qdd = phi + J^T lam,        J qdd = Psi = -J' qd (+ a stabilising correction).
+
+Four methods solve them and give the same numbers:
+
+- ``"system"``: the dense KKT matrix ``[[I, -J^T], [J, 0]]`` (seed 000 eq. 10).
+- ``"slm"``: system-level multipliers: ``(J I^-1 J^T) lam = Psi - J I^-1 phi``, then
+  ``qdd = I^-1 (phi + J^T lam)`` (seed 000 eqs. 11-12).
+- ``"sslm"``: subsystem-level multipliers (seed 000 §3, eqs. 19-25): the tree splits into subsystems
+  whose inertia matrices ``I_j`` are the diagonal blocks of ``I``; each gives
+  ``phi_hat_j = I_j^-1 phi_j`` and ``I_hat_{i,j}^T = I_j^-1 J_{i,j}^T`` for the loops i acting on
+  it, only for the non-zero blocks of J. The GICM blocks
+  ``G_{r,s} = sum_j J_{r,j} I_hat_{s,j}^T`` are reduced by block Gaussian elimination in the
+  static order of `topology.elimination_order` (seed 000 eqs. 34-36 and Appendix A.4), and the
+  accelerations follow from the O(n) articulated-body recursion with the multipliers applied as
+  joint forces ``J^T lam`` (seed 000 Fig. 2).
+- ``"embedding"``: minimal coordinates: with independent coordinates ``q_i`` and dependent ``q_d``,
+  ``qd = T qd_i`` and ``qdd = T qdd_i + c`` with ``T = [1; -J_d^-1 J_i]``, ``J c = Psi``,
+  ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
+  (seed 003 §2, constraint embedding). The multipliers are reported as the least-squares solution
+  of ``J^T lam = I qdd - phi``.
+
+The multipliers ``lam`` are stacked loop by loop in the rows of `kinematics.loop_residual`; a
+point row of a cut joint is the force that body a exerts on body b, in world axes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import cho_factor, cho_solve
+from jaxtyping import Array, Bool, Float
+
+from . import forces, kinematics, tree
+from ._checks import check_arrays
+from .mechanism import Mechanism
+
+METHODS = ("system", "slm", "sslm", "embedding")
+
+# A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
+# means a rank-deficient J: singular or redundant constraints.
+_PIVOT_RTOL = 1e-13
+
+
+class Solution(NamedTuple):
+    """What every method returns: accelerations, multipliers and whether the constraints were
+    singular at this state (then ``qdd`` and ``lam`` are not meaningful)."""
+
+    qdd: Float[Array, " n"]
+    lam: Float[Array, " m"]
+    singular: Bool[Array, ""]
+
+
+def generalized_forces(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, " n"]:
+    """``phi = tau - C qd - g + N^T (f_springs + f_ext)``: the right-hand side of the tree's
+    equations of motion (seed 000 eqs. 6-8, ``phi_j`` of eq. 20 stacked)."""
+    return tau - tree.bias_forces(mech, q, qd, _body_wrenches(mech, q, qd, f_ext))
+
+
+def _body_wrenches(mech, q, qd, f_ext):
+    """Spring-damper wrenches plus the user's body wrenches (``None`` when there are neither)."""
+    if not mech.spring_names:
+        return f_ext
+    springs = forces.spring_wrenches(mech, q, qd)
+    return springs if f_ext is None else springs + f_ext
+
+
+def _pivot_is_small(factor, block):
+    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot."""
+    pivots = jnp.diagonal(factor) ** 2
+    scale = jnp.max(jnp.abs(jnp.diagonal(block)))
+    return ~jnp.all(jnp.isfinite(pivots)) | jnp.any(pivots <= _PIVOT_RTOL * scale)
+
+
+def _dense_kkt(mech, q, qd, tau, f_ext, psi):
+    """Seed 000 eq. 10: ``[[I, -J^T], [J, 0]] [qdd; lam] = [phi; Psi]`` solved densely (LU)."""
+    n, m = mech.num_bodies, psi.shape[0]
+    jac = kinematics.loop_jacobian(mech, q)
+    kkt = jnp.block([[tree.mass_matrix(mech, q), -jac.T], [jac, jnp.zeros((m, m), q.dtype)]])
+    rhs = jnp.concatenate([generalized_forces(mech, q, qd, tau, f_ext), psi])
+    solution = jnp.linalg.solve(kkt, rhs)
+    # The KKT matrix is singular exactly when J is rank deficient (I is positive definite).
+    s = jnp.linalg.svd(jac, compute_uv=False)
+    singular = ~jnp.all(jnp.isfinite(solution)) | (
+        (m > 0) & (jnp.min(s, initial=jnp.inf) ** 2 <= _PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2)
+    )
+    return Solution(solution[:n], solution[n:], singular)
+
+
+def _system_multipliers(mech, q, qd, tau, f_ext, psi):
+    """Seed 000 eqs. 11-12 with one Cholesky factorisation of the whole ``I``."""
+    jac = kinematics.loop_jacobian(mech, q)
+    inertia = cho_factor(tree.mass_matrix(mech, q), lower=True)
+    phi_hat = cho_solve(inertia, generalized_forces(mech, q, qd, tau, f_ext))
+    i_hat_t = cho_solve(inertia, jac.T)
+    gicm = jac @ i_hat_t
+    factor = cho_factor(gicm, lower=True)
+    lam = cho_solve(factor, psi - jac @ phi_hat)
+    return Solution(phi_hat + i_hat_t @ lam, lam, _pivot_is_small(factor[0], gicm))
+
+
+def _subsystem_multipliers(mech, q, qd, tau, f_ext, psi):
+    """SSLM (seed 000 §3): subsystem-level ``phi_hat_j``, ``I_hat_{i,j}`` and GICM blocks, block
+    Gaussian elimination in the static order, then the articulated-body recursion."""
+    top = mech.topology
+    jac = kinematics.loop_jacobian(mech, q)
+    blocks = {(i, j): jac[top.rows(i), top.coordinates(j)] for i, j in top.blocks}
+    f_bodies = _body_wrenches(mech, q, qd, f_ext)
+    phi_hat = tree.forward_dynamics(mech, q, qd, tau, f_bodies)  # all phi_hat_j at once, O(n)
+    inertia = tree.mass_matrix(mech, q)
+    i_hat_t = {}  # (i, j) -> I_j^-1 J_{i,j}^T
+    for j in range(len(top.subsystems)):
+        acting = [i for i, k in top.blocks if k == j]
+        if not acting:
+            continue
+        cols = top.coordinates(j)
+        factor = cho_factor(inertia[cols, cols], lower=True)
+        solved = cho_solve(factor, jnp.concatenate([blocks[i, j].T for i in acting], axis=1))
+        split = np.cumsum([top.loops[i].rows for i in acting])[:-1]
+        i_hat_t.update(zip(((i, j) for i in acting), jnp.split(solved, split, axis=1)))
+    # GICM blocks G_{r,s} (eq. 25) and the reduced right-hand side Psi_bar (eq. 23).
+    gicm, rhs = {}, []
+    for r, loop in enumerate(top.loops):
+        rhs.append(
+            psi[top.rows(r)]
+            - sum(blocks[r, j] @ phi_hat[top.coordinates(j)] for j in loop.subsystems)
+        )
+        for s in [r, *top.loop_graph[r]]:
+            shared = set(loop.subsystems) & set(top.loops[s].subsystems)
+            gicm[r, s] = sum(blocks[r, j] @ i_hat_t[s, j] for j in sorted(shared))
+    lam, singular = _block_elimination(top.elimination_order, gicm, rhs)
+    forces_from_loops = jnp.zeros_like(tau)
+    for (i, j), block in blocks.items():
+        forces_from_loops = forces_from_loops.at[top.coordinates(j)].add(block.T @ lam[i])
+    qdd = tree.forward_dynamics(mech, q, qd, tau + forces_from_loops, f_bodies)
+    return Solution(qdd, jnp.concatenate(lam) if lam else psi, singular)
+
+
+def _block_elimination(order, gicm, rhs):
+    """Solve the symmetric positive definite block system ``G lam = rhs`` whose non-zero blocks
+    are the keys of ``gicm`` (``(r, s)`` and ``(s, r)``): eliminate the loops in ``order``
+    (Cholesky of each pivot block, Schur complements onto the remaining neighbours, creating the
+    fill-in blocks on the way), then substitute back in reverse order."""
+    gicm, rhs = dict(gicm), list(rhs)
+    neighbours = {r: {s for (a, s) in gicm if a == r and s != r} for r in range(len(rhs))}
+    done, factors, later, singular = set(), {}, {}, jnp.asarray(False)
+    for k in order:
+        factors[k] = cho_factor(gicm[k, k], lower=True)
+        singular = singular | _pivot_is_small(factors[k][0], gicm[k, k])
+        later[k] = sorted(neighbours[k] - done)
+        solved = {r: cho_solve(factors[k], gicm[k, r]) for r in later[k]}
+        step = cho_solve(factors[k], rhs[k])
+        for r in later[k]:
+            rhs[r] = rhs[r] - gicm[r, k] @ step
+            for s in later[k]:
+                update = gicm[r, k] @ solved[s]
+                gicm[r, s] = gicm[r, s] - update if (r, s) in gicm else -update
+            neighbours[r].update(later[k])
+            neighbours[r].discard(r)
+        done.add(k)
+    lam = [None] * len(rhs)
+    for k in reversed(order):
+        coupled = sum((gicm[k, r] @ lam[r] for r in later[k]), jnp.zeros_like(rhs[k]))
+        lam[k] = cho_solve(factors[k], rhs[k] - coupled)
+    return lam, singular
+
+
+def independent_coordinates(mech: Mechanism, q=None) -> tuple[int, ...]:
+    """Independent coordinates for `"embedding"`: the actuated ones when they are as many as the
+    degrees of freedom and ``J`` over the others is well conditioned at ``q`` (default
+    ``mech.q0``); otherwise those left after a column-pivoted QR of ``J`` picks the best-conditioned
+    dependent set. Needs a concrete ``q`` (not under ``jit``)."""
+    top = mech.topology
+    if not mech.cut_joints:
+        return tuple(range(mech.num_bodies))
+    q = mech.q0 if q is None else q
+    try:
+        jac = np.asarray(kinematics.loop_jacobian(mech, q))
+    except jax.errors.TracerArrayConversionError:
+        raise ValueError(
+            "independent_coordinates: needs a concrete state (not a traced one under jit); "
+            "compute it outside jit and pass it as `independent`"
+        ) from None
+    s_all = np.linalg.svd(jac, compute_uv=False)
+    rank = int(np.sum(s_all > 1e-8 * s_all[0]))
+    if rank < top.num_rows:
+        kinematics.check_jacobian(mech, q)  # names the loop
+        raise ValueError(f"J has rank {rank} < {top.num_rows} rows: no minimal coordinates")
+    actuated = list(mech.actuated)
+    if len(actuated) == top.dof:
+        dependent = [k for k in range(mech.num_bodies) if k not in actuated]
+        s = np.linalg.svd(jac[:, dependent], compute_uv=False)
+        if s[-1] > 1e-3 * s_all[0]:
+            return tuple(actuated)
+    import scipy.linalg  # a JAX dependency
+
+    pivots = scipy.linalg.qr(jac, pivoting=True)[2]
+    return tuple(sorted(set(range(mech.num_bodies)) - set(pivots[: top.num_rows].tolist())))
+
+
+def _embedded(mech, q, qd, tau, f_ext, psi, independent):
+    """Minimal-coordinate dynamics (see the module docstring); ``independent`` is static."""
+    n = mech.num_bodies
+    dependent = np.array([k for k in range(n) if k not in independent], dtype=int)
+    independent = np.asarray(independent, dtype=int)
+    jac = kinematics.loop_jacobian(mech, q)
+    jac_d, jac_i = jac[:, dependent], jac[:, independent]
+    lu = jax.scipy.linalg.lu_factor(jac_d)
+    t = jnp.zeros((n, independent.size), q.dtype)
+    t = t.at[independent, jnp.arange(independent.size)].set(1.0)
+    t = t.at[dependent].set(-jax.scipy.linalg.lu_solve(lu, jac_i))
+    c = jnp.zeros(n, q.dtype).at[dependent].set(jax.scipy.linalg.lu_solve(lu, psi))
+    inertia = tree.mass_matrix(mech, q)
+    phi = generalized_forces(mech, q, qd, tau, f_ext)
+    reduced = cho_factor(t.T @ inertia @ t, lower=True)
+    qdd = t @ cho_solve(reduced, t.T @ (phi - inertia @ c)) + c
+    lam = jnp.linalg.lstsq(jac.T, inertia @ qdd - phi)[0]
+    s = jnp.linalg.svd(jac_d, compute_uv=False)
+    singular = ~jnp.all(jnp.isfinite(qdd)) | (
+        jnp.min(s, initial=jnp.inf) ** 2 <= _PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2
+    )
+    return Solution(qdd, lam, singular)
+
+
+_SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem_multipliers}
+
+
+def solve(mech, q, qd, tau, f_ext=None, method="sslm", psi=None, independent=None) -> Solution:
+    """The traceable core of `forward_dynamics`: no checks, ``Psi`` given or ``-J' qd``."""
+    if psi is None:
+        psi = -kinematics.loop_bias(mech, q, qd)
+    if not mech.cut_joints:
+        qdd = tree.forward_dynamics(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext))
+        return Solution(qdd, psi, jnp.asarray(False))
+    if method == "embedding":
+        return _embedded(mech, q, qd, tau, f_ext, psi, independent)
+    return _SOLVERS[method](mech, q, qd, tau, f_ext, psi)
+
+
+def check_method(method: str, function: str = "forward_dynamics") -> str:
+    if method not in METHODS:
+        raise ValueError(f"{function}: method must be one of {METHODS}, got {method!r}")
+    return method
+
+
+@eqx.filter_jit
+def _compiled(mech, q, qd, tau, f_ext, method, independent):
+    return solve(mech, q, qd, tau, f_ext, method, independent=independent)
+
+
+def forward_dynamics(
+    mech: Mechanism,
+    q: Float[Array, " n"],
+    qd: Float[Array, " n"],
+    tau: Float[Array, " n"],
+    method: str = "sslm",
+    f_ext: Float[Array, "n d"] | None = None,
+    independent: tuple[int, ...] | None = None,
+) -> tuple[Float[Array, " n"], Float[Array, " m"]]:
+    """Joint accelerations ``qdd`` (aligned with ``mech.coordinate_names``) and loop-closure
+    multipliers ``lam`` (loop by loop, in the rows of `kinematics.loop_residual`) at ``(q, qd)``.
+
+    ``tau``: joint forces/torques, one per coordinate (zero for unactuated joints); gravity and the
+    mechanism's spring-dampers are included; ``f_ext``: extra body wrenches ``(n, d)`` in body
+    coordinates about each body frame origin (the `tree` convention). ``method``: ``"sslm"``
+    (default), ``"slm"``, ``"system"`` or ``"embedding"`` (module docstring); ``independent``
+    chooses the independent coordinates of ``"embedding"`` (default `independent_coordinates`).
+
+    Singular or redundant constraints (a dead centre, dependent loop rows) raise ``ValueError``
+    naming the loop when called eagerly, and an ``EquinoxRuntimeError`` under ``jit``; use
+    `solve` for a flag instead. Compiled once per mechanism topology and method.
+    """
+    q, qd, tau, f_ext = check_arrays(mech, "forward_dynamics", q=q, qd=qd, tau=tau, f_ext=f_ext)
+    check_method(method)
+    if method == "embedding" and independent is None:
+        independent = independent_coordinates(mech, q if _is_concrete(q) else None)
+    result = _compiled(mech, q, qd, tau, f_ext, method, tuple(independent or ()))
+    if _is_concrete(result.singular):
+        if bool(result.singular):
+            kinematics.check_jacobian(mech, q)  # raises naming the loop where it can
+            raise ValueError(
+                f"forward_dynamics: the constraints are singular at this state (method {method!r})"
+            )
+        return result.qdd, result.lam
+    message = (
+        "forward_dynamics: singular or redundant loop constraints at this state (a dead centre "
+        "or dependent loop rows); kinematics.check_jacobian(mech, q) names the loop"
+    )
+    return eqx.error_if(result.qdd, result.singular, message), result.lam
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
