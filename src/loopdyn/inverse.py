@@ -1,0 +1,417 @@
+"""Closed-loop inverse dynamics with every joint reaction: seed 002's two-level recursion.
+
+Given a state ``(q, qd, qdd)`` that satisfies the loop constraints at position, velocity and
+acceleration level, the unknowns are the actuator forces ``u`` and the multipliers ``lambda`` of
+the cut joints. With the spanning tree's joint forces ``tau_id = I qdd + C qd + g - N^T f_spring``
+from the recursive Newton-Euler pass (seed 002 eq. 10, left-hand side), they satisfy
+
+    tau_id = B u + J^T lambda                       (seed 002 eqs. 10, 14; seed 000 eq. 10)
+
+with ``B`` the selection of the actuated coordinates. Two ways to solve it (``method``):
+
+- ``"system"``: all unknowns in one solve of the ``n x (a + m)`` matrix ``[B  J^T]`` (seed 002
+  eq. 14, "system approach"; 7x7 for the carpet scraper);
+- ``"subsystem"`` (default): the subsystem-level recursion of seed 002 §2 and §5. Subsystems are
+  solved in the static `~loopdyn.topology.Topology.determinate_order`: each step solves the rows
+  of one subsystem for its actuator forces and the multipliers of the loops not yet known, whose
+  values then enter the later steps as known external forces (4x4, 2x2, 1x1 for the scraper).
+  Where the recursion gets stuck (no subsystem is determinate) the remaining subsystems are
+  solved together as one system, and a warning says so.
+
+More actuators than degrees of freedom get the minimum-norm actuator forces (a warning says so);
+a motion that the actuators cannot produce (fewer actuators than degrees of freedom) is refused
+with the unbalanced generalized force.
+
+Then the body-level recursion (seed 002 eqs. 11-12): with the multipliers applied to the cut
+bodies as known external wrenches, the wrench every tree joint carries is the sum over its
+subtree of inertia wrenches minus applied wrenches (the tips -> base pass of `tree`).
+
+Reactions (``InverseDynamics.reactions``), one per entry of ``mech.joint_names``: the wrench that
+the joint's parent body exerts on its child body through the joint, in world axes, about the
+joint point (planar ``[n_z, f_x, f_y]``, spatial ``[n; f]``, the order of `loopdyn.spatial`). It
+includes the actuator's force: its component along the joint's motion is the actuator force (zero
+for a passive joint). The joint point is the child's joint frame origin; for a cut joint the
+parent is body a and the child body b (``Mechanism.cut_joints``), the point is frame b's origin.
+A spherical or universal tree joint (a chain through massless bodies) reports the wrench on its
+last body, the real child.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from . import forces, kinematics, spatial, tree
+from ._checks import check_arrays
+from .mechanism import Mechanism
+
+METHODS = ("subsystem", "system")
+_ROWS = np.array(spatial.PLANAR_ROWS)
+
+
+class InverseDynamics(NamedTuple):
+    """Outcome of `inverse_dynamics` (a pytree: batches under ``vmap`` field by field).
+
+    ``actuator_forces`` ``(a,)``: aligned with ``mech.actuator_names``. ``tau`` ``(n,)``: the same
+    as generalized forces on all coordinates (zero where passive), what forward dynamics takes.
+    ``multipliers`` ``(m,)``: lambda of every cut joint stacked in loop-row order (cut joint i:
+    rows ``mech.topology.rows(i)``); a point row's multiplier is the force body a exerts on body
+    b, world axes. ``reactions`` ``(len(mech.joint_names), d)``: see the module docstring.
+    ``ground_force`` (planar ``(2,)``, spatial ``(3,)``) and ``ground_moment`` (planar ``()``,
+    spatial ``(3,)``, about the world origin): the resultant wrench the ground exerts on the
+    mechanism through its joints and springs. ``residual``: largest unbalanced generalized force
+    ``|tau_id - B u - J^T lambda|`` (zero up to rounding for a motion the actuators produce).
+    ``closure``: largest loop-constraint residual of the state (position, velocity and
+    acceleration level, scaled as `inverse_dynamics` checks them).
+    """
+
+    actuator_forces: Float[Array, " a"]
+    tau: Float[Array, " n"]
+    multipliers: Float[Array, " m"]
+    reactions: Float[Array, "j d"]
+    ground_force: Array
+    ground_moment: Array
+    residual: Float[Array, ""]
+    closure: Float[Array, ""]
+
+
+class Step(NamedTuple):
+    """One solve of the subsystem-level recursion (static): the rows of ``coordinates`` (those of
+    ``subsystems``) solved for the forces of the ``actuators`` (coordinate indices) and the
+    multipliers of ``loops``; ``shape`` is the matrix size (rows, unknowns)."""
+
+    subsystems: tuple[int, ...]
+    coordinates: tuple[int, ...]
+    actuators: tuple[int, ...]
+    loops: tuple[int, ...]
+    shape: tuple[int, int]
+
+
+def _step(mech, subsystems, loops):
+    top = mech.topology
+    coordinates = tuple(k for j in subsystems for k in top.subsystems[j])
+    actuators = tuple(k for k in mech.actuated if k in coordinates)
+    unknowns = len(actuators) + sum(top.loops[i].rows for i in loops)
+    return Step(
+        tuple(subsystems), coordinates, actuators, tuple(loops), (len(coordinates), unknowns)
+    )
+
+
+def solve_plan(mech: Mechanism, method: str = "subsystem") -> tuple[Step, ...]:
+    """The sequence of solves `inverse_dynamics` performs (static, from the topology).
+
+    ``"system"``: one step over everything. ``"subsystem"``: the determinate order of seed 002
+    (`topology.determinate_order`); where it does not exist, the subsystems that do become
+    determinate first, then one step over the rest (with a warning). Also warns when the
+    mechanism is redundantly actuated (more actuators than degrees of freedom)."""
+    if method not in METHODS:
+        raise ValueError(f"inverse_dynamics: method must be one of {METHODS}, got {method!r}")
+    top = mech.topology
+    everything = tuple(range(len(top.subsystems)))
+    if len(mech.actuated) > top.dof:
+        warnings.warn(
+            f"{len(mech.actuated)} actuators {list(mech.actuator_names)} for {top.dof} degrees of "
+            "freedom: redundantly actuated, the minimum-norm actuator forces are returned",
+            stacklevel=3,
+        )
+    if method == "system":
+        return (_step(mech, everything, tuple(range(len(top.loops)))),)
+    if top.determinate_order is not None:
+        return tuple(
+            _step(mech, (j,), loops)
+            for j, loops in zip(top.determinate_order, top.determinate_loops)
+        )
+    steps, known, remaining = [], set(), list(everything)
+    while remaining:  # seed 002 §2: take determinate subsystems while there are any
+        for j in remaining:
+            loops = tuple(
+                i for i, loop in enumerate(top.loops) if j in loop.subsystems and i not in known
+            )
+            step = _step(mech, (j,), loops)
+            if step.shape[1] <= step.shape[0]:
+                break
+        else:
+            break
+        steps.append(step)
+        known.update(loops)
+        remaining.remove(j)
+    rest = tuple(i for i in range(len(top.loops)) if i not in known)
+    warnings.warn(
+        "no determinate order of the subsystems (seed 002 §5): subsystems "
+        f"{remaining} are solved together as one system of size "
+        f"{_step(mech, tuple(remaining), rest).shape}",
+        stacklevel=3,
+    )
+    return (*steps, _step(mech, tuple(remaining), rest))
+
+
+def _solve(matrix, rhs, num_actuators):
+    """Unknowns ``[u; lambda]`` of ``matrix @ x = rhs``: a square solve, least squares when there
+    are fewer unknowns than rows (a consistent motion satisfies the extra rows), and where there
+    are more, the actuator forces ``u`` of least norm (lambda free): ``P B u = P rhs`` with ``P``
+    the projector off the range of the lambda columns."""
+    rows, unknowns = matrix.shape
+    if unknowns == rows:
+        return jnp.linalg.solve(matrix, rhs)
+    if unknowns < rows:
+        return jnp.linalg.pinv(matrix) @ rhs
+    b, lt = matrix[:, :num_actuators], matrix[:, num_actuators:]
+    lt_pinv = jnp.linalg.pinv(lt)
+    off = jnp.eye(rows, dtype=rhs.dtype) - lt @ lt_pinv
+    u = jnp.linalg.pinv(off @ b) @ (off @ rhs)
+    return jnp.concatenate([u, lt_pinv @ (rhs - b @ u)])
+
+
+def _multipliers(mech, plan, tau_id, jac):
+    """Actuator forces and multipliers, step by step (seed 002 §5): each step's known loops enter
+    as external generalized forces ``J_i^T lambda_i`` on its rows."""
+    top = mech.topology
+    lam = [None] * len(top.loops)
+    force = {}
+    for step in plan:
+        cols = np.array(step.coordinates)
+        rhs = tau_id[cols]
+        for i, loop in enumerate(top.loops):
+            if lam[i] is not None and set(loop.subsystems) & set(step.subsystems):
+                rhs = rhs - jac[top.rows(i)][:, cols].T @ lam[i]
+        select = np.eye(mech.num_bodies)[np.ix_(cols, np.array(step.actuators, dtype=int))]
+        matrix = jnp.concatenate(
+            [jnp.asarray(select, jac.dtype)] + [jac[top.rows(i)][:, cols].T for i in step.loops],
+            axis=1,
+        )
+        x = _solve(matrix, rhs, len(step.actuators))
+        force.update(zip(step.actuators, x[: len(step.actuators)]))
+        start = len(step.actuators)
+        for i in step.loops:
+            lam[i] = x[start : start + top.loops[i].rows]
+            start += top.loops[i].rows
+    u = jnp.stack([force[k] for k in mech.actuated]) if mech.actuated else jnp.zeros(0, jac.dtype)
+    lam = jnp.concatenate(lam) if lam else jnp.zeros(0, jac.dtype)
+    return u, lam
+
+
+def _cut_wrenches(mech, q, lam):
+    """World wrenches ``[n; f]`` (about the world origin) that the multipliers apply to body b
+    and body a of every cut joint, ``(c, 2, 6)``, and frame b's origin ``(c, 3)``. Per row (rows
+    of `kinematics`): a point or across row pushes with ``lambda e`` at frame b's origin (on body
+    a, for a point row, at frame a's: the derivative of the row), an angle row turns body b with
+    the moment ``lambda x X e``; body a gets the opposite."""
+    ends, rows = kinematics._ends(mech, q), kinematics._rows(mech)
+    e, x = kinematics._directions(ends, rows)
+    p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
+    push = 1.0 - rows.angle
+    on_b = jnp.concatenate([push * jnp.cross(p_b, e) + rows.angle * jnp.cross(x, e), push * e], -1)
+    lever = (1.0 - rows.turning) * jnp.cross(p_b - p_a, e)
+    on_a = -on_b + jnp.concatenate([lever, jnp.zeros_like(lever)], -1)
+    per_row = jnp.stack([on_b, on_a], axis=1) * lam[:, None, None]
+    sums = np.zeros((len(mech.cut_joints), len(rows.cut)))
+    sums[rows.cut, np.arange(len(rows.cut))] = 1.0
+    return jnp.einsum("cr,rsk->csk", sums, per_row), ends.position[:, 1]
+
+
+def _to_world(mech, rotation, position, wrench):
+    """Body-coordinate wrenches about the body origins -> spatial world wrenches about the world
+    origin."""
+    wrench = kinematics._spatial(mech, wrench)
+    force = jnp.einsum("nij,nj->ni", rotation, wrench[:, 3:])
+    moment = jnp.einsum("nij,nj->ni", rotation, wrench[:, :3]) + jnp.cross(position, force)
+    return jnp.concatenate([moment, force], -1)
+
+
+def _about(point, wrench):
+    """A world wrench about the world origin, moved to be about ``point``."""
+    return jnp.concatenate(
+        [wrench[..., :3] - jnp.cross(point, wrench[..., 3:]), wrench[..., 3:]], -1
+    )
+
+
+def _joint_sources(mech):
+    """For every joint name: ``("tree", body)`` (the real child body) or ``("cut", index)``."""
+    out = []
+    for name in mech.joint_names:
+        chain = [k for k, c in enumerate(mech.coordinate_names) if c.startswith(f"{name}[")]
+        if name in mech.coordinate_names:
+            out.append(("tree", mech.coordinate_names.index(name)))
+        elif chain:
+            out.append(("tree", chain[-1]))
+        else:
+            out.append(("cut", [c.name for c in mech.cut_joints].index(name)))
+    return out
+
+
+def joint_points(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "j 3"]:
+    """World position of every joint of ``mech.joint_names``: the point the reactions refer to."""
+    q = check_arrays(mech, "joint_points", q=q)
+    position, rotation = tree.forward_kinematics(mech, q)
+    tree_points = position + jnp.einsum("nij,nj->ni", rotation, mech.child_position)
+    cut_points = kinematics._ends(mech, q).position[:, 1] if mech.cut_joints else None
+    return jnp.stack(
+        [tree_points[k] if kind == "tree" else cut_points[k] for kind, k in _joint_sources(mech)]
+    )
+
+
+def _unchecked(x):
+    return x
+
+
+def _check_state(mech, residuals, scales, tol):
+    """Refuse a state that does not satisfy the loop constraints: name the loop and residual."""
+    top = mech.topology
+    levels = tuple(zip(("position", "velocity", "acceleration"), residuals))
+    bad = jnp.stack([jnp.max(jnp.abs(r), initial=0.0) / s for (_, r), s in zip(levels, scales)])
+    message = (
+        f"inverse_dynamics: the state does not satisfy the loop constraints to tol={tol:g} "
+        "(Phi(q) = 0, J qd = 0, J qdd = -J' qd); assemble it with kinematics.assemble and "
+        "project_velocity, or use prescribed.prescribed_motion"
+    )
+    if isinstance(bad, jax.core.Tracer):
+        return lambda x: eqx.error_if(x, jnp.any(bad > tol), message)
+    for (level, r), s in zip(levels, scales):
+        r = np.abs(np.asarray(r)) / float(s)
+        if r.size and r.max() > tol:
+            i = next(i for i in range(len(top.loops)) if r[top.rows(i)].max() > tol)
+            raise ValueError(
+                f"{message}: the {level} residual of the loop of cut joint "
+                f"{top.loops[i].name!r} is {r[top.rows(i)].max() * float(s):.3e}"
+            )
+    return _unchecked
+
+
+def _check_producible(mech, tau_id, residual, tol):
+    """Refuse a motion the actuators cannot produce: name the mismatch."""
+    scale = 1.0 + jnp.max(jnp.abs(tau_id))
+    message = (
+        f"inverse_dynamics: the actuators {list(mech.actuator_names)} cannot produce this motion "
+        f"({len(mech.actuated)} actuators for {mech.topology.dof} degrees of freedom)"
+    )
+    if isinstance(residual, jax.core.Tracer):
+        return lambda x: eqx.error_if(x, jnp.max(jnp.abs(residual)) > tol * scale, message)
+    r = np.abs(np.asarray(residual))
+    if r.size and r.max() > tol * float(scale):
+        worst = mech.coordinate_names[int(r.argmax())]
+        raise ValueError(
+            f"{message}: unbalanced generalized force {r.max():.3e} at coordinate {worst!r}"
+        )
+    return _unchecked
+
+
+class _Evaluated(NamedTuple):
+    result: InverseDynamics
+    levels: tuple  # loop residuals at position, velocity and acceleration level
+    scales: tuple
+    unbalanced: Array  # tau_id - B u - J^T lambda
+    tau_id: Array
+
+
+def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
+    """The traceable core: no checks (``plan`` static, from `solve_plan`)."""
+    position, rotation = tree.forward_kinematics(mech, q)
+    springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
+    carried = tree.joint_wrenches(mech, q, qd, qdd, springs)  # tips -> base, without the loops
+    tau_id = jnp.sum(tree.motion_subspaces(mech) * carried, axis=-1)
+    phi, jac, bias = kinematics.loop_terms(mech, q, qd)
+    scales = (1.0, 1.0 + jnp.max(jnp.abs(qd)), 1.0 + jnp.max(jnp.abs(qdd)) + jnp.max(qd**2))
+    levels = (phi, jac @ qd, jac @ qdd + bias)
+    closure = jnp.max(
+        jnp.stack([jnp.max(jnp.abs(r), initial=0.0) / s for r, s in zip(levels, scales)])
+    )
+    u, lam = _multipliers(mech, plan, tau_id, jac)
+    tau = jnp.zeros_like(q).at[np.array(mech.actuated, dtype=int)].set(u)
+    unbalanced = tau_id - tau - jac.T @ lam
+
+    # Body-level recursion (seed 002 eq. 11): the loops' wrenches are external to the bodies
+    # they act on, so every tree joint between a cut body and the ground carries them too.
+    world = _to_world(mech, rotation, position, carried)
+    if mech.cut_joints:
+        cut, cut_points = _cut_wrenches(mech, q, lam)
+        sides = np.array([[c.body_a, c.body_b] for c in mech.cut_joints])
+        on_body = np.zeros((mech.num_bodies, len(mech.cut_joints), 2))
+        for c, side in np.argwhere(sides >= 0):
+            k = sides[c, side]
+            while k >= 0:  # tips -> base
+                on_body[k, c, 1 - side] += 1.0
+                k = mech.parent[k]
+        world = world - jnp.einsum("kcs,csd->kd", on_body, cut)
+    joint_point = position + jnp.einsum("nij,nj->ni", rotation, mech.child_position)
+    reactions = []
+    for kind, k in _joint_sources(mech):
+        if kind == "tree":
+            reactions.append(_about(joint_point[k], world[k]))
+        else:
+            reactions.append(_about(cut_points[k], cut[k, 0]))
+    reactions = jnp.stack(reactions)
+
+    # Ground: root tree joints, cut joints to the ground, springs to the ground.
+    ground = sum(world[k] for k, p in enumerate(mech.parent) if p < 0)
+    for c, joint in enumerate(mech.cut_joints):
+        if joint.body_a < 0:
+            ground = ground + cut[c, 0]
+        if joint.body_b < 0:
+            ground = ground + cut[c, 1]
+    if springs is not None:  # springs between moving bodies cancel in the sum
+        ground = ground + jnp.sum(_to_world(mech, rotation, position, springs), axis=0)
+    if mech.planar:
+        reactions = reactions[:, _ROWS]
+        ground_force, ground_moment = ground[3:5], ground[2]
+    else:
+        ground_force, ground_moment = ground[3:], ground[:3]
+    result = InverseDynamics(
+        u,
+        tau,
+        lam,
+        reactions,
+        ground_force,
+        ground_moment,
+        jnp.max(jnp.abs(unbalanced), initial=0.0),
+        closure,
+    )
+    return _Evaluated(result, levels, scales, unbalanced, tau_id)
+
+
+_compiled = eqx.filter_jit(_evaluate)
+
+
+def solve(mech: Mechanism, q, qd, qdd, method: str = "subsystem") -> InverseDynamics:
+    """The traceable core of `inverse_dynamics`: no argument or state checks (read ``closure``
+    and ``residual`` of the result), no warnings; for use inside ``jit``/``vmap``/``grad``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = solve_plan(mech, method)
+    return _evaluate(mech, q, qd, qdd, plan).result
+
+
+def inverse_dynamics(
+    mech: Mechanism,
+    q: Float[Array, " n"],
+    qd: Float[Array, " n"],
+    qdd: Float[Array, " n"],
+    method: str = "subsystem",
+    tol: float = 1e-6,
+    check: bool = True,
+) -> InverseDynamics:
+    """Actuator forces, cut-joint multipliers and the reaction at every joint of a closed-loop
+    mechanism moving with ``(q, qd, qdd)`` (module docstring; seed 002 eqs. 10-14).
+
+    The state must satisfy the loop constraints: position, velocity and acceleration residuals
+    above ``tol`` (velocity and acceleration relative to ``1 + |qd|`` and ``1 + |qdd| + |qd|^2``)
+    are refused with the loop named (``ValueError``; under ``jit``/``vmap`` through
+    ``eqx.error_if``), and so is a motion the actuators cannot produce. ``check=False`` skips
+    both (the result's ``closure`` and ``residual`` still tell): a jitted program with
+    ``eqx.error_if`` holds a host callback, which keeps it out of JAX's persistent compilation
+    cache. Called eagerly it runs one compiled program per mechanism topology and method.
+    Works under ``jit``, ``vmap`` and ``grad``.
+    """
+    plan = solve_plan(mech, method)
+    q, qd, qdd = check_arrays(mech, "inverse_dynamics", q=q, qd=qd, qdd=qdd)
+    evaluated = _compiled(mech, q, qd, qdd, plan)
+    if not check:
+        return evaluated.result
+    closed = _check_state(mech, evaluated.levels, evaluated.scales, tol)
+    producible = _check_producible(mech, evaluated.tau_id, evaluated.unbalanced, tol)
+    return jax.tree_util.tree_map(lambda x: producible(closed(x)), evaluated.result)

@@ -1,0 +1,451 @@
+"""Closed-loop inverse dynamics (`loopdyn.inverse`): subsystem recursion against the system solve,
+the per-body Newton-Euler balance of the reported reactions checked by code that shares nothing
+with the recursion (accelerations by automatic differentiation of the body poses), an analytic
+parallelogram, Pinocchio's constraint forces on the spatial RSSR, the solve plans of seed 002,
+redundant actuation, gradients, and one test per bad input.
+
+Each mechanism's checks run in one jitted program over a few random consistent states (compile
+time dominates; the suite's persistent cache keeps reruns fast).
+"""
+
+import functools
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import loopdyn
+from loopdyn import MechanismBuilder, forces, forward, kinematics, mechanisms, tree
+from loopdyn.inverse import inverse_dynamics, joint_points, solve_plan
+
+LIBRARY = {
+    "four_bar": mechanisms.four_bar,
+    "slider_crank": mechanisms.slider_crank,
+    "ladder3": lambda: mechanisms.ladder(3),
+    "carpet_scraper": mechanisms.carpet_scraper,
+    "three_rrr": mechanisms.three_rrr,
+    "rssr": mechanisms.rssr,
+    "excavator": mechanisms.excavator,
+    "stewart": mechanisms.stewart,
+    "quarter_car": mechanisms.quarter_car,
+}
+# 10-30 s of compilation each on this (shared, 2-core) machine when the cache is cold.
+SLOW = {"ladder3", "excavator", "stewart", "quarter_car"}
+
+
+@eqx.filter_jit
+def _kkt(mech, q, qd, tau):
+    """``qdd`` and lambda of ``I qdd + C qd + g = tau + J^T lambda`` (springs included) with
+    ``J qdd = -J' qd``: one dense solve (seed 000 eq. 10), independent of `loopdyn.inverse`."""
+    _, jac, bias = kinematics.loop_terms(mech, q, qd)
+    springs = forces.spring_wrenches(mech, q, qd)
+    m = jac.shape[0]
+    matrix = jnp.block([[tree.mass_matrix(mech, q), -jac.T], [jac, jnp.zeros((m, m))]])
+    rhs = jnp.concatenate([tau - tree.bias_forces(mech, q, qd, springs), -bias])
+    x = jnp.linalg.solve(matrix, rhs)
+    return x[: mech.num_bodies], x[mech.num_bodies :]
+
+
+def consistent_states(mech, k=3, seed=0):
+    """``k`` states near ``mech.q0`` (the first at ``q0``, the others assembled from a perturbed
+    guess with the actuated coordinates held): random ``qd`` in the null space of J and the
+    accelerations that random actuator forces produce (`_kkt`). Returns ``(q, qd, qdd)`` and the
+    actuator forces and multipliers, each stacked ``(k, ...)``."""
+    rng = np.random.default_rng(seed)
+    actuated = np.array(mech.actuated, dtype=int)
+    out = []
+    for s in range(k):
+        q = mech.q0
+        if s and mech.cut_joints:
+            guess = mech.q0 + 0.03 * rng.normal(size=mech.num_bodies)
+            q = kinematics.assemble(mech, guess, fixed=mech.actuated or (0,))
+        jac = np.asarray(eqx.filter_jit(kinematics.loop_jacobian)(mech, q))
+        free = np.eye(mech.num_bodies) - np.linalg.pinv(jac) @ jac
+        qd = jnp.asarray(free @ rng.normal(size=mech.num_bodies))
+        u = rng.normal(size=len(actuated)) * 5.0
+        qdd, lam = _kkt(mech, q, qd, jnp.zeros(mech.num_bodies).at[actuated].set(u))
+        out.append((q, qd, qdd, jnp.asarray(u), lam))
+    return tuple(jnp.stack(x) for x in zip(*out))
+
+
+def _skew_vector(m):
+    return jnp.stack([m[2, 1] - m[1, 2], m[0, 2] - m[2, 0], m[1, 0] - m[0, 1]]) / 2
+
+
+def body_motion(mech, q, qd, qdd):
+    """World centre-of-mass acceleration, angular velocity and angular acceleration of every
+    body by differentiating the poses along ``q(t) = q + t qd + t^2/2 qdd`` twice."""
+
+    def pose(t):
+        qt = q + t * qd + 0.5 * t * t * qdd
+        position, rotation = tree.forward_kinematics(mech, qt)
+        return position + jnp.einsum("nij,nj->ni", rotation, mech.com), rotation
+
+    (com, rotation), (_, d_rot) = jax.jvp(pose, (0.0,), (1.0,))
+    acc_com = jax.jacfwd(jax.jacfwd(lambda t: pose(t)[0]))(0.0)
+    dd_rot = jax.jacfwd(jax.jacfwd(lambda t: pose(t)[1]))(0.0)
+    omega = jax.vmap(lambda r, dr: _skew_vector(dr @ r.T))(rotation, d_rot)
+    alpha = jax.vmap(lambda r, dr, ddr: _skew_vector(ddr @ r.T + dr @ dr.T))(
+        rotation, d_rot, dd_rot
+    )
+    return com, rotation, acc_com, omega, alpha
+
+
+def joint_bodies(mech):
+    """For every joint name: (parent body, child body), -1 the ground, chains through massless
+    bodies collapsed to their real ends."""
+    out = []
+    for name in mech.joint_names:
+        chain = [
+            k for k, c in enumerate(mech.coordinate_names) if c == name or c.startswith(name + "[")
+        ]
+        if chain:
+            out.append((mech.parent[chain[0]], chain[-1]))
+        else:
+            cut = next(c for c in mech.cut_joints if c.name == name)
+            out.append((cut.body_a, cut.body_b))
+    return out
+
+
+def newton_euler_residual(mech, rigid, q, qd, qdd, result):
+    """Largest imbalance over the rigid bodies of ``m a = m g + sum F`` and ``I alpha + w x I w =
+    sum M`` (about the centre of mass) with the reported reactions, relative to the largest
+    reaction. ``rigid``: which bodies carry mass."""
+    com, rotation, acc, omega, alpha = body_motion(mech, q, qd, qdd)
+    points = joint_points(mech, q)
+    reactions = result.reactions
+    if mech.planar:  # back to spatial [n; f] with z components zero
+        reactions = jnp.zeros((len(mech.joint_names), 6)).at[:, 2:5].set(reactions)
+    wrench = [jnp.zeros(6) for _ in range(mech.num_bodies)]  # about the body's centre of mass
+    for j, (parent, child) in enumerate(joint_bodies(mech)):
+        for body, sign in ((child, 1.0), (parent, -1.0)):
+            if body >= 0:
+                f = sign * reactions[j, 3:]
+                n = sign * reactions[j, :3] + jnp.cross(points[j] - com[body], f)
+                wrench[body] = wrench[body] + jnp.concatenate([n, f])
+    springs = forces.spring_wrenches(mech, q, qd)
+    if mech.planar:
+        springs = jnp.zeros((mech.num_bodies, 6)).at[:, 2:5].set(springs)
+    position = tree.forward_kinematics(mech, q)[0]
+    worst = 0.0
+    for k in range(mech.num_bodies):
+        if not rigid[k]:
+            continue
+        f_s = rotation[k] @ springs[k, 3:]
+        n_s = rotation[k] @ springs[k, :3] + jnp.cross(position[k] - com[k], f_s)
+        inertia = rotation[k] @ mech.inertia[k] @ rotation[k].T
+        newton = mech.mass[k] * (acc[k] - mech.gravity) - wrench[k][3:] - f_s
+        euler = inertia @ alpha[k] + jnp.cross(omega[k], inertia @ omega[k]) - wrench[k][:3] - n_s
+        worst = jnp.maximum(worst, jnp.max(jnp.abs(jnp.concatenate([newton, euler]))))
+    return worst / jnp.max(jnp.abs(reactions))
+
+
+@functools.cache
+def evaluated(name):
+    """Both methods and the balance residual at three consistent states of library mechanism
+    ``name``, in one compiled program."""
+    mech = LIBRARY[name]()
+    states = consistent_states(mech)
+    rigid = np.asarray(mech.mass) > 0
+
+    @eqx.filter_jit
+    def run(mech, q, qd, qdd):
+        def one(q, qd, qdd):
+            sub = inverse_dynamics(mech, q, qd, qdd, check=False)
+            system = inverse_dynamics(mech, q, qd, qdd, method="system", check=False)
+            # Round trip: loopdyn's own forward dynamics (SSLM) driven by the computed forces.
+            back = forward.solve(mech, q, qd, sub.tau, method="sslm")
+            return sub, system, newton_euler_residual(mech, rigid, q, qd, qdd, sub), back
+
+        return jax.vmap(one)(q, qd, qdd)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no determinate order: tested below
+        return mech, states, run(mech, *states[:3])
+
+
+def names(slow=SLOW):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in LIBRARY]
+
+
+@pytest.mark.parametrize("name", names())
+def test_forces_and_multipliers_reproduce_the_forward_solution(name):
+    """The states were made by a dense KKT solve of the forward problem with known actuator
+    forces: inverse dynamics returns those forces and the same multipliers."""
+    _, (_, _, _, u, lam), (sub, *_) = evaluated(name)
+    scale = max(1.0, float(jnp.max(jnp.abs(lam), initial=0.0)))
+    np.testing.assert_allclose(sub.actuator_forces, u, rtol=0, atol=1e-9 * scale)
+    np.testing.assert_allclose(sub.multipliers, lam, rtol=0, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", names())
+def test_forward_dynamics_of_the_forces_returns_the_motion(name):
+    """Round trip: `forward.solve` (SSLM) with the inverse dynamics' joint forces returns the
+    prescribed accelerations, and its multipliers are the inverse dynamics' multipliers."""
+    _, (_, _, qdd, _, _), (sub, _, _, back) = evaluated(name)
+    scale = max(1.0, float(jnp.max(jnp.abs(qdd))))
+    np.testing.assert_allclose(back.qdd, qdd, rtol=0, atol=1e-9 * scale)
+    scale = max(1.0, float(jnp.max(jnp.abs(sub.multipliers), initial=0.0)))
+    np.testing.assert_allclose(back.lam, sub.multipliers, rtol=0, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", names())
+def test_subsystem_recursion_equals_system_solve(name):
+    mech, _, (sub, system, *_) = evaluated(name)
+    for field in sub._fields:
+        a, b = np.asarray(getattr(sub, field)), np.asarray(getattr(system, field))
+        scale = max(1.0, float(np.max(np.abs(b), initial=0.0)))
+        assert np.max(np.abs(a - b), initial=0.0) <= 1e-9 * scale, field
+    assert sub.reactions.shape == (3, len(mech.joint_names), mech.dim)
+    assert np.max(np.asarray(sub.residual)) < 1e-10
+
+
+@pytest.mark.parametrize("name", names())
+def test_reactions_balance_every_body(name):
+    """Each rigid body's reactions, gravity, springs and inertia forces sum to zero."""
+    _, _, (_, _, residual, _) = evaluated(name)
+    assert np.max(np.asarray(residual)) < 1e-9
+
+
+@pytest.mark.parametrize("name", names())
+def test_passive_joints_transmit_no_force_along_their_motion(name):
+    """The reaction's component along a tree joint's motion is the actuator force (0 if passive)."""
+    mech, (q, *_), (sub, *_) = evaluated(name)
+    position, rotation = tree.forward_kinematics(mech, q[0])
+    s = kinematics._spatial(mech, tree.motion_subspaces(mech))
+    axis = jnp.einsum("nij,nj->ni", rotation, s[:, :3])
+    linear = jnp.einsum("nij,nj->ni", rotation, s[:, 3:]) - jnp.cross(axis, position)
+    points = joint_points(mech, q[0])
+    reactions = sub.reactions[0]
+    if mech.planar:
+        reactions = jnp.zeros((len(mech.joint_names), 6)).at[:, 2:5].set(reactions)
+    for j, name_j in enumerate(mech.joint_names):
+        if name_j not in mech.coordinate_names:
+            continue
+        k = mech.coordinate_names.index(name_j)
+        moment_origin = reactions[j, :3] + jnp.cross(points[j], reactions[j, 3:])
+        along = axis[k] @ moment_origin + linear[k] @ reactions[j, 3:]
+        np.testing.assert_allclose(
+            along, sub.tau[0, k], atol=1e-9 * float(jnp.max(jnp.abs(reactions)))
+        )
+
+
+def test_plans_of_seed_002():
+    """Carpet scraper 4x4, 2x2, 1x1 (seed 002 §6.1, Table 2); RSSR 3x3 then the 1x1 of the crank
+    (§6.2, Table 3); system approach 7x7 and 4x4."""
+    scraper, rssr = mechanisms.carpet_scraper(), mechanisms.rssr()
+    assert [s.shape for s in solve_plan(scraper)] == [(4, 4), (2, 2), (1, 1)]
+    assert [s.subsystems for s in solve_plan(scraper)] == [(2,), (1,), (0,)]
+    assert [s.loops for s in solve_plan(scraper)] == [(1, 2), (0,), ()]
+    assert [s.shape for s in solve_plan(scraper, "system")] == [(7, 7)]
+    assert [s.shape for s in solve_plan(rssr)] == [(3, 3), (1, 1)]
+    assert [s.shape for s in solve_plan(rssr, "system")] == [(4, 4)]
+    with pytest.warns(UserWarning, match="no determinate order"):
+        assert [s.shape for s in solve_plan(mechanisms.four_bar())] == [(3, 3)]
+
+
+def partly_determinate():
+    """A four-bar (no determinate order, seed 002 Fig. 3b) beside a second four-bar drawn as one
+    chain from the ground, closed to the ground (a determinate subsystem of its own)."""
+    b = MechanismBuilder(planar=True)
+    for name, length in (("crank", 0.1), ("coupler", 0.3), ("rocker", 0.25)):
+        b.add_body(name, 1.0, (length / 2, 0, 0), 1e-3)
+    b.add_joint("A", "revolute", "ground", "crank", actuated=True)
+    b.add_joint("B", "revolute", "crank", "coupler", position=(0.1, 0, 0))
+    b.add_joint("D", "revolute", "ground", "rocker", position=(0.3, 0, 0))
+    b.add_joint(
+        "C", "revolute", "coupler", "rocker", position=(0.3, 0, 0), child_position=(0.25, 0, 0)
+    )
+    for name, length in (("c2", 0.1), ("k2", 0.3), ("r2", 0.25)):
+        b.add_body(name, 2.0, (length / 2, 0, 0), 2e-3)
+    b.add_joint("A2", "revolute", "ground", "c2", position=(0, 1, 0), actuated=True)
+    b.add_joint("B2", "revolute", "c2", "k2", position=(0.1, 0, 0))
+    b.add_joint("E2", "revolute", "k2", "r2", position=(0.3, 0, 0))
+    b.add_joint(
+        "D2",
+        "revolute",
+        "r2",
+        "ground",
+        position=(0.25, 0, 0),
+        rotation=0.0,
+        child_position=(0.3, 1, 0),
+    )
+    mech = b.build()
+    guess = mech.q0.at[1].set(1.3).at[2].set(1.0).at[4].set(1.2).at[5].set(1.6)
+    return eqx.tree_at(lambda m: m.q0, mech, kinematics.assemble(mech, guess, fixed=(0, 3)))
+
+
+def test_partly_determinate_mechanism_falls_back_for_the_rest():
+    mech = partly_determinate()
+    with pytest.warns(UserWarning, match=r"subsystems \[0, 1\] are solved together"):
+        plan = solve_plan(mech)
+    assert [(s.subsystems, s.shape) for s in plan] == [((2,), (3, 3)), ((0, 1), (3, 3))]
+    q, qd, qdd = (x[0] for x in consistent_states(mech, k=1)[:3])
+    with pytest.warns(UserWarning):
+        sub = inverse_dynamics(mech, q, qd, qdd)
+    system = inverse_dynamics(mech, q, qd, qdd, method="system")
+    np.testing.assert_allclose(sub.reactions, system.reactions, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(sub.actuator_forces, system.actuator_forces, rtol=0, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pinocchio: the RSSR's reaction at its cut joint against constraintDynamics' contact force, and
+# every tree joint's reaction against the wrench Pinocchio's RNEA transmits through that joint
+# with the contact force applied to the two bodies.
+
+
+def test_rssr_reactions_match_pinocchio():
+    pin = pytest.importorskip("pinocchio")
+    from test_forward import pinocchio_problem
+
+    mech, (q, qd, qdd, _, _), (sub, *_) = evaluated("rssr")
+    _, model, constraints = pinocchio_problem(mech)
+    data = model.createData()
+    datas = pin.StdVec_RigidConstraintData([c.createData() for c in constraints])
+    pin.initConstraintDynamics(model, data, constraints, datas)
+    settings = pin.ProximalSettings(1e-14, 1e-12, 100)
+    (cut,) = mech.cut_joints
+    c = mech.joint_names.index(cut.name)
+    for k in range(q.shape[0]):
+        args = [np.asarray(x[k]) for x in (q, qd)]
+        tau = np.asarray(sub.tau[k])
+        theirs_qdd = pin.constraintDynamics(model, data, *args, tau, constraints, datas, settings)
+        np.testing.assert_allclose(theirs_qdd, qdd[k], rtol=0, atol=1e-9)
+        # The contact force acts on joint 1 (body a) in the constraint frame on body a: the force
+        # on body b from body a is its opposite, in world axes.
+        frame_a = data.oMi[cut.body_a + 1] * constraints[0].joint1_placement
+        on_b = -frame_a.rotation @ np.asarray(data.lambda_c)
+        reaction = np.asarray(sub.reactions[k, c])
+        scale = np.max(np.abs(reaction))
+        np.testing.assert_allclose(reaction[3:], on_b, rtol=0, atol=1e-9 * scale)
+        np.testing.assert_allclose(reaction[:3], 0.0, atol=1e-9 * scale)  # a ball joint
+        # RNEA with the contact force on both bodies: the joint torques are the actuator forces
+        # and data.f[i] is the wrench joint i transmits (its frame, about its origin).
+        point = frame_a.translation
+        fext = [pin.Force.Zero() for _ in range(model.njoints)]
+        for body, force in ((cut.body_a, -on_b), (cut.body_b, on_b)):
+            world = pin.Force(force, np.cross(point, force))
+            fext[body + 1] = data.oMi[body + 1].actInv(world)
+        a = np.asarray(qdd[k])
+        np.testing.assert_allclose(
+            pin.rnea(model, data, *args, a, pin.StdVec_Force(fext)), tau, rtol=0, atol=1e-9
+        )
+        for j, name in enumerate(mech.joint_names):
+            if name == cut.name:
+                continue
+            chain = [
+                i
+                for i, n in enumerate(mech.coordinate_names)
+                if n == name or n.startswith(name + "[")
+            ]
+            joint = chain[-1] + 1
+            world = data.oMi[joint].act(data.f[joint])
+            origin = data.oMi[joint].translation
+            moment = world.angular - np.cross(origin, world.linear)
+            theirs = np.concatenate([moment, world.linear])
+            np.testing.assert_allclose(
+                sub.reactions[k, j], theirs, rtol=0, atol=1e-9 * scale, err_msg=name
+            )
+
+
+# ------------------------------------------------------------------------------------------------
+# Redundant actuation, gradients, bad input.
+
+
+def four_bar(actuated=("A", "D")):
+    """A four-bar with the ``actuated`` joints of crank A and rocker D (both: 2 actuators for 1
+    DOF, none: a passive linkage)."""
+    b = MechanismBuilder(planar=True)
+    for name, length, mass in (("crank", 0.1, 1.0), ("coupler", 0.3, 2.0), ("rocker", 0.25, 1.5)):
+        b.add_body(name, mass, (length / 2, 0, 0), mass * length**2 / 12)
+    b.add_joint("A", "revolute", "ground", "crank", actuated="A" in actuated)
+    b.add_joint("B", "revolute", "crank", "coupler", position=(0.1, 0, 0))
+    b.add_joint("D", "revolute", "ground", "rocker", position=(0.3, 0, 0), actuated="D" in actuated)
+    b.add_joint(
+        "C", "revolute", "coupler", "rocker", position=(0.3, 0, 0), child_position=(0.25, 0, 0)
+    )
+    mech = b.build()
+    guess = mech.q0.at[0].set(0.9).at[1].set(-0.5).at[2].set(1.6)
+    return eqx.tree_at(lambda m: m.q0, mech, kinematics.assemble(mech, guess, fixed=(0,)))
+
+
+def test_redundant_actuation_gives_the_minimum_norm_forces():
+    """Every force pair that balances the motion differs from the returned one by a null vector
+    of ``[B J^T]``; the returned forces are orthogonal to the actuator part of those."""
+    mech = four_bar()
+    q, qd, qdd = (x[0] for x in consistent_states(mech, k=1)[:3])
+    with pytest.warns(UserWarning, match="redundantly actuated"):
+        result = inverse_dynamics(mech, q, qd, qdd, method="system")
+    assert float(result.residual) < 1e-10
+    jac = np.asarray(kinematics.loop_jacobian(mech, q))
+    matrix = np.concatenate([np.eye(3)[:, list(mech.actuated)], jac.T], axis=1)
+    null = np.linalg.svd(matrix)[2][np.linalg.matrix_rank(matrix) :]
+    assert null.shape[0] == 1
+    u = np.asarray(result.actuator_forces)
+    assert abs(null[0, :2] @ u) < 1e-10 * np.linalg.norm(u)
+    with pytest.warns(UserWarning):
+        sub = inverse_dynamics(mech, q, qd, qdd)
+    np.testing.assert_allclose(sub.actuator_forces, u, rtol=0, atol=1e-10)
+
+
+def test_gradient_of_the_driving_torque_matches_finite_differences():
+    mech = mechanisms.four_bar()
+    q, qd, qdd = (x[0] for x in consistent_states(mech, k=1)[:3])
+
+    def torque(mass):
+        m = eqx.tree_at(lambda m: m.mass, mech, mass)
+        result = loopdyn.inverse.solve(m, q, qd, qdd)
+        return result.actuator_forces[0] + jnp.sum(result.reactions**2) * 1e-3
+
+    grad = jax.jit(jax.grad(torque))(mech.mass)
+    h = 1e-6
+    for k in range(mech.num_bodies):
+        e = jnp.zeros_like(mech.mass).at[k].set(h)
+        fd = (torque(mech.mass + e) - torque(mech.mass - e)) / (2 * h)
+        np.testing.assert_allclose(grad[k], fd, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("argument", ["q", "qd", "qdd"])
+def test_arguments_are_checked_by_name(argument):
+    mech = mechanisms.four_bar()
+    state = {"q": mech.q0, "qd": jnp.zeros(3), "qdd": jnp.zeros(3)}
+    state[argument] = jnp.zeros(4)
+    match = rf"inverse_dynamics: {argument} must have shape \(3,\)"
+    with pytest.raises(ValueError, match=match), pytest.warns(UserWarning, match="no determinate"):
+        inverse_dynamics(mech, **state)
+
+
+def test_unknown_method_is_refused():
+    mech = mechanisms.four_bar()
+    with pytest.raises(ValueError, match="method must be one of"):
+        inverse_dynamics(mech, mech.q0, jnp.zeros(3), jnp.zeros(3), method="sslm")
+
+
+@pytest.mark.parametrize("level", ["position", "velocity", "acceleration"])
+def test_a_state_off_the_constraints_is_refused_with_the_loop_named(level):
+    mech = mechanisms.four_bar()
+    q, qd, qdd = (x[0] for x in consistent_states(mech, k=1)[:3])
+    bump = jnp.array([0.0, 0.01, 0.0])
+    state = {"position": (q + bump, qd, qdd), "velocity": (q, qd + bump, qdd)}
+    state = state.get(level, (q, qd, qdd + bump))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=rf"the {level} residual of the loop of cut joint 'C'"):
+            inverse_dynamics(mech, *state)
+        with pytest.raises(Exception, match="does not satisfy the loop constraints"):
+            jax.jit(lambda *s: inverse_dynamics(mech, *s).actuator_forces)(*state)
+
+
+def test_a_motion_the_actuators_cannot_produce_is_refused():
+    """An unactuated four-bar cannot follow a prescribed acceleration that gravity does not give."""
+    mech = four_bar(actuated=())
+    q = mech.q0
+    jac = np.asarray(kinematics.loop_jacobian(mech, q))
+    qdd = jnp.asarray(np.linalg.svd(jac)[2][-1])  # in the null space of J (qd = 0: Psi = 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="cannot produce this motion.*unbalanced generalized"):
+            inverse_dynamics(mech, q, jnp.zeros(3), qdd)
