@@ -34,6 +34,8 @@ for a passive joint). The joint point is the child's joint frame origin; for a c
 parent is body a and the child body b (``Mechanism.cut_joints``), the point is frame b's origin.
 A spherical or universal tree joint (a chain through massless bodies) reports the wrench on its
 last body, the real child.
+
+Citations and the notation table: docs/references.md.
 """
 
 from __future__ import annotations
@@ -253,6 +255,17 @@ def joint_points(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "j 3"]:
     cut_points = kinematics._ends(mech, q).position[:, 1] if mech.cut_joints else None
     return jnp.stack(
         [tree_points[k] if kind == "tree" else cut_points[k] for kind, k in _joint_sources(mech)]
+    )
+
+
+def reaction_magnitudes(mech: Mechanism, reactions: Array) -> tuple[Array, Array]:
+    """Magnitudes of the reaction forces and moments (``reactions`` ``(..., j, d)`` as
+    `InverseDynamics` gives them): ``|f|`` and ``|n_z|`` (planar) or ``|n|`` (spatial), each
+    ``(..., j)``."""
+    if mech.planar:
+        return jnp.linalg.norm(reactions[..., 1:], axis=-1), jnp.abs(reactions[..., 0])
+    return jnp.linalg.norm(reactions[..., 3:], axis=-1), jnp.linalg.norm(
+        reactions[..., :3], axis=-1
     )
 
 
