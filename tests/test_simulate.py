@@ -1,13 +1,15 @@
-"""Integration: energy is conserved for a conservative tree, and the pendulum period matches the
-exact elliptic-integral value."""
+"""`loopdyn.simulate`: exact solutions (pendulum period), conservation and work-energy balance,
+the seeds' 15 s free runs with each stabilisation, refusals and result codes."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+import scipy.integrate
 import scipy.special
 
 import loopdyn
-from loopdyn import energy, simulate
+from loopdyn import energy, kinematics, mechanisms, simulation
 
 
 def pendulum(length=0.7, mass=1.3):
@@ -17,19 +19,21 @@ def pendulum(length=0.7, mass=1.3):
     return b.build()
 
 
+PENDULUM = pendulum()
+
+
 def test_pendulum_period_matches_elliptic_integral():
-    mech, amplitude = pendulum(), 1.2
-    traj = jax.jit(simulate.simulate, static_argnums=(3, 4))(
-        mech, jnp.array([amplitude]), jnp.array([0.0]), 4.0, 4001
-    )
+    amplitude = 1.2
+    ts = jnp.linspace(0.0, 4.0, 4001)
+    sim = loopdyn.simulate(PENDULUM, jnp.array([amplitude]), jnp.zeros(1), 4.0, saveat=ts)
     exact = 4 * np.sqrt(0.7 / 9.81) * scipy.special.ellipk(np.sin(amplitude / 2) ** 2)
-    q = np.asarray(traj.q[:, 0])
+    q, t = np.asarray(sim.q[:, 0]), np.asarray(sim.ts)
     crossing = np.where((q[:-1] > 0) & (q[1:] <= 0))[0]  # downward zero crossings
-    t = np.asarray(traj.t)
     times = t[crossing] - q[crossing] * (t[crossing + 1] - t[crossing]) / (
         q[crossing + 1] - q[crossing]
     )
-    np.testing.assert_allclose(times[1] - times[0], exact, rtol=1e-5)
+    np.testing.assert_allclose(times[1] - times[0], exact, rtol=1e-6)
+    assert sim.succeeded and sim.ts[-1] == 4.0 and sim.lam.shape == (4001, 0)
 
 
 def test_energy_is_conserved_with_springs():
@@ -39,17 +43,136 @@ def test_energy_is_conserved_with_springs():
     b.add_joint("j1", "revolute", "ground", "l1")
     b.add_joint("j2", "revolute", "l1", "l2", position=(0.4, 0.0, 0.0))
     b.add_spring(
-        "s",
-        "ground",
-        "l2",
-        point_a=(0.3, 0.3, 0),
-        point_b=(0.5, 0, 0),
-        stiffness=80.0,
+        "s", "ground", "l2", point_a=(0.3, 0.3, 0), point_b=(0.5, 0, 0), stiffness=80.0,
         rest_length=0.1,
+    )  # fmt: skip
+    sim = loopdyn.simulate(
+        b.build(), jnp.array([0.5, -0.4]), jnp.array([2.0, 0.0]), 3.0, rtol=1e-10, atol=1e-12
     )
-    mech = b.build()
-    traj = simulate.simulate(
-        mech, jnp.array([0.5, -0.4]), jnp.array([2.0, 0.0]), 3.0, 31, rtol=1e-10, atol=1e-12
+    e = np.asarray(sim.energy)
+    assert np.ptp(e) < 1e-8 * np.abs(e).max()
+
+
+FOUR_BAR = mechanisms.four_bar()
+TAU = jnp.array([0.3, 0.0, 0.0])  # constant torque on the crank
+
+
+@pytest.fixture(scope="module", params=simulation.STABILIZATIONS)
+def four_bar_run(request):
+    qd0 = kinematics.project_velocity(FOUR_BAR, FOUR_BAR.q0, jnp.array([3.0, 0, 0]), fixed=(0,))
+    return request.param, loopdyn.simulate(
+        FOUR_BAR, FOUR_BAR.q0, qd0, 2.0, tau=TAU, stabilization=request.param
     )
-    e = jax.vmap(energy.total_energy, in_axes=(None, 0, 0))(mech, traj.q, traj.qd)
-    assert np.ptp(np.asarray(e)) < 1e-7 * np.abs(np.asarray(e)).max()
+
+
+def test_work_of_a_constant_torque_equals_the_energy_gained(four_bar_run):
+    """d/dt E = qd . tau, so E(t) - tau . (q(t) - q(0)) is constant: energy balance of the driven
+    closed loop, independent of the multipliers (which do no work)."""
+    _, sim = four_bar_run
+    balance = np.asarray(sim.energy - (sim.q - sim.q[0]) @ TAU)
+    assert sim.succeeded
+    assert np.ptp(balance) < 2e-7 * np.abs(sim.energy).max()
+    assert np.ptp(np.asarray(sim.q[:, 0])) > 0.4  # the crank swings
+
+
+def test_stabilisation_keeps_the_loop_closed(four_bar_run):
+    stabilization, sim = four_bar_run
+    bound = {"none": 1e-6, "baumgarte": 1e-9, "embedding": 1e-14}[stabilization]
+    assert np.max(np.asarray(sim.loop_residual[:, 0])) < bound
+
+
+@pytest.mark.parametrize("name", ["carpet_scraper", "three_rrr"])
+@pytest.mark.parametrize("stabilization", ["baumgarte", "embedding"])
+def test_seed_free_motion_15s(name, stabilization):
+    """Seed 000 Table 2's initial states, unactuated and undamped, 15 s at rtol = atol = 1e-8."""
+    mech = getattr(mechanisms, name)()
+    sim = loopdyn.simulate(
+        mech, mech.q0, jnp.zeros_like(mech.q0), 15.0, stabilization=stabilization
+    )
+    e = np.asarray(sim.energy)
+    assert sim.succeeded, sim.message
+    assert np.max(np.abs(e - e[0])) < 1e-6 * abs(e[0])
+    residual = np.max(np.asarray(sim.loop_residual[:, 0]))
+    assert residual < (1e-8 if stabilization == "baumgarte" else 1e-10)
+
+
+def test_refuses_an_open_loop_and_assembles_on_request():
+    q0 = FOUR_BAR.q0.at[1].add(0.05)
+    cut = FOUR_BAR.topology.loops[0].name
+    with pytest.raises(ValueError, match=f"q0 does not close the loop of cut joint '{cut}'"):
+        loopdyn.simulate(FOUR_BAR, q0, jnp.zeros(3), 1.0, tau=TAU)
+    with pytest.raises(ValueError, match="qd0 violates J qd0 = 0"):
+        loopdyn.simulate(FOUR_BAR, FOUR_BAR.q0, jnp.array([1.0, 0, 0]), 1.0, tau=TAU)
+    sim = loopdyn.simulate(FOUR_BAR, q0, jnp.zeros(3), 0.1, tau=TAU, assemble=True)
+    assert float(jnp.linalg.norm(kinematics.loop_residual(FOUR_BAR, sim.q[0]))) < 1e-10
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ((jnp.zeros(2), jnp.zeros(1)), "q0"),
+        ((jnp.zeros(1), jnp.zeros((1, 1))), "qd0"),
+        ((jnp.array([jnp.nan]), jnp.zeros(1)), "q0"),
+    ],
+)
+def test_arguments_are_named(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        loopdyn.simulate(PENDULUM, *arguments, 1.0)
+
+
+def test_options_are_checked():
+    for options, message in [
+        ({"stabilization": "projection"}, "stabilization"),
+        ({"method": "lagrange"}, "method"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            loopdyn.simulate(PENDULUM, jnp.zeros(1), jnp.zeros(1), 1.0, **options)
+    with pytest.raises(ValueError, match="t1"):
+        loopdyn.simulate(PENDULUM, jnp.zeros(1), jnp.zeros(1), 0.0)
+
+
+def test_failure_is_a_result_code_and_throw_raises_it():
+    sim = loopdyn.simulate(PENDULUM, jnp.array([1.0]), jnp.zeros(1), 1.0, max_steps=4)
+    assert int(sim.stats.result) == simulation.MAX_STEPS and not sim.succeeded
+    assert "max_steps" in sim.message
+    assert 0.0 <= float(sim.stats.t_reached) < 1.0
+    assert np.all(np.isinf(np.asarray(sim.q[-1])))  # rows after the failure are inf, not NaN
+    with pytest.raises(RuntimeError, match="stopped at t = .*max_steps"):
+        loopdyn.simulate(PENDULUM, jnp.array([1.0]), jnp.zeros(1), 1.0, max_steps=4, throw=True)
+
+
+def test_torque_as_constant_samples_and_function_agree():
+    q0, qd0, t1 = jnp.array([0.3]), jnp.zeros(1), 1.0
+    runs = [
+        loopdyn.simulate(PENDULUM, q0, qd0, t1, tau=tau, rtol=1e-10, atol=1e-10)
+        for tau in (
+            jnp.array([0.5]),
+            jnp.full((5, 1), 0.5),
+            lambda t, q, qd: jnp.full_like(q, 0.5),
+        )
+    ]
+    for sim in runs[1:]:
+        np.testing.assert_allclose(sim.q, runs[0].q, rtol=0, atol=1e-12)
+    # and a torque that changes over time is interpolated: ramp 0 -> 1 over [0, t1]
+    ts = jnp.linspace(0.0, t1, 2001)
+    ramp = loopdyn.simulate(PENDULUM, q0, qd0, t1, tau=jnp.array([[0.0], [1.0]]), saveat=ts)
+    t, e = np.asarray(ramp.ts), np.asarray(ramp.energy)
+    power = np.asarray(ramp.qd[:, 0]) * t / t1
+    work = scipy.integrate.cumulative_trapezoid(power, t, initial=0.0)
+    np.testing.assert_allclose(e - e[0], work, rtol=0, atol=1e-6 * np.abs(work).max())
+
+
+def test_save_is_atomic_and_complete(tmp_path):
+    sim = loopdyn.simulate(PENDULUM, jnp.array([0.3]), jnp.zeros(1), 0.5)
+    path = tmp_path / "run.npz"
+    simulation.save(path, sim, note=np.array("pendulum"))
+    with np.load(path) as data:
+        np.testing.assert_array_equal(data["q"], sim.q)
+        assert int(data["stats_result"]) == simulation.SUCCESS and str(data["note"]) == "pendulum"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.npz"]  # no temporary left behind
+
+
+def test_energy_helper_matches_saved_energy():
+    sim = loopdyn.simulate(PENDULUM, jnp.array([0.3]), jnp.zeros(1), 0.5)
+    total = jax.vmap(energy.total_energy, (None, 0, 0))(PENDULUM, sim.q, sim.qd)
+    np.testing.assert_allclose(sim.energy, total, rtol=1e-14)

@@ -1,4 +1,6 @@
-"""Command line: ``loopdyn demo`` (``python -m loopdyn.cli demo``)."""
+"""Command line: ``loopdyn demo`` and ``loopdyn simulate <mechanism | model.xml>``.
+
+``python -m loopdyn.cli ...`` works the same without the installed script."""
 
 import argparse
 import pathlib
@@ -11,120 +13,143 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
 
-from . import energy, kinematics, mechanisms, plot, simulate
-from .mechanism import MechanismBuilder
+from . import forward, kinematics, mechanisms, plot, simulation
+from .io.mjcf import load_mjcf
 
 
-def triple_pendulum():
-    """The demo's default mechanism: three planar links with a spring from the ground to the tip."""
-    b = MechanismBuilder(planar=True)
-    parent = "ground"
-    for k, (length, mass) in enumerate([(0.5, 2.0), (0.4, 1.5), (0.3, 1.0)]):
-        b.add_body(f"link{k + 1}", mass, com=(length / 2, 0, 0), inertia=mass * length**2 / 12)
-        b.add_joint(
-            f"joint{k + 1}",
-            "revolute",
-            parent,
-            f"link{k + 1}",
-            position=(0.5 if k == 1 else 0.4 if k == 2 else 0.0, 0, 0),
+def load(name: str):
+    """A library mechanism by name (``loopdyn.mechanisms``) or an MJCF file."""
+    if name.endswith(".xml"):
+        return load_mjcf(pathlib.Path(name))
+    if name not in mechanisms.__all__:
+        raise SystemExit(
+            f"loopdyn: unknown mechanism {name!r}: give an MJCF file (.xml) or one of "
+            f"{', '.join(mechanisms.__all__)}"
         )
-        parent = f"link{k + 1}"
-    b.add_spring(
-        "spring",
-        "ground",
-        "link3",
-        point_a=(1.0, 0.2, 0),
-        point_b=(0.3, 0, 0),
-        stiffness=40.0,
-        damping=0.0,
-        rest_length=0.3,
-    )
-    return b.build()
+    return getattr(mechanisms, name)()
 
 
-def crank_cycle(mech, crank_speed, steps):
-    """Assemble ``mech`` over one turn of its actuated crank by continuation (each configuration
-    starts Newton from the previous one) and project the velocities: one compiled scan."""
+def speed_control(mech, rate, gain):
+    """``tau(t, q, qd)`` driving the first actuated coordinate towards ``rate`` [rad/s or m/s]
+    by a proportional speed controller of ``gain`` [N m s/rad] (a motor held at constant speed),
+    and the initial velocities at that speed."""
+    if not mech.actuated:
+        raise SystemExit("loopdyn: --drive needs an actuated joint; this mechanism has none")
     crank = mech.actuated[0]
-    angles = mech.q0[crank] + jnp.linspace(0.0, 2 * jnp.pi, steps)
-
-    def step(q, angle):
-        closed = kinematics.try_assemble(mech, q.at[crank].set(angle), fixed=(crank,))
-        qd = kinematics.project_velocity(
-            mech, closed.q, jnp.zeros_like(q).at[crank].set(crank_speed), fixed=(crank,)
-        )
-        return closed.q, (closed.q, qd, closed.residual)
-
-    return jax.lax.scan(step, mech.q0, angles)[1]
+    qd0 = jnp.zeros_like(mech.q0).at[crank].set(rate)
+    qd0 = kinematics.project_velocity(mech, mech.q0, qd0, fixed=(crank,))
+    return (lambda t, q, qd: jnp.zeros_like(q).at[crank].set(gain * (rate - qd[crank]))), qd0
 
 
-def scraper_demo(out: pathlib.Path):
-    mech = mechanisms.carpet_scraper()
-    top = mech.topology
+def run(mech, t1, *, tau=None, qd0=None, saves=301, **options):
+    """Simulate from ``mech.q0`` (at rest unless ``qd0``) twice (compile, then run); print a
+    summary; return the simulation and the driving forces at its saves."""
+    q0 = mech.q0
+    qd0 = jnp.zeros_like(q0) if qd0 is None else qd0
+    ts = jnp.linspace(0.0, t1, saves)
+    timings = []
+    for _ in range(2):
+        start = time.perf_counter()
+        sim = simulation.simulate(mech, q0, qd0, t1, tau=tau, saveat=ts, **options)
+        jax.block_until_ready(sim.q)
+        timings.append(time.perf_counter() - start)
+    torque = (
+        np.zeros_like(np.asarray(sim.q))
+        if tau is None
+        else np.asarray(jax.vmap(tau)(sim.ts, sim.q, sim.qd))
+    )
+    energy = np.asarray(sim.energy)
+    drift = float(np.max(np.abs(energy - energy[0])) / max(abs(energy[0]), 1e-12))
     print(
-        f"carpet scraper (seed 000 §4.1): {mech.num_bodies} links, {len(top.loops)} loops, "
-        f"{mech.num_bodies - top.num_rows} DOF, subsystems {top.subsystems}"
+        f"  {sim.message}; {int(sim.stats.rejected_steps)} rejected\n"
+        f"  compile {timings[0] - timings[1]:.1f} s, run {1e3 * timings[1]:.1f} ms\n"
+        f"  max loop residual |Phi| {float(np.max(sim.loop_residual[:, 0])):.1e} m, "
+        f"|J qd| {float(np.max(sim.loop_residual[:, 1])):.1e}\n"
+        f"  energy {energy[0]:.6g} J -> {energy[-1]:.6g} J"
+        + ("" if tau is not None else f", relative drift {drift:.1e}")
     )
-    print(
-        f"  J blocks {[top.block_shape(i, j) for i, j in top.blocks]} (seed 000 eq. 26); "
-        f"SSLM elimination order {top.elimination_order}"
-    )
-    start = time.perf_counter()
-    q, qd, residual = jax.block_until_ready(
-        jax.jit(crank_cycle, static_argnums=2)(mech, 4.712, 134)
-    )
-    print(
-        f"  one crank turn at 45 rpm, 134 positions assembled in {time.perf_counter() - start:.2f} s "
-        f"(with compilation); largest |Phi| {float(residual.max()):.1e}, "
-        f"largest |J qd| {float(jnp.abs(jax.vmap(kinematics.loop_jacobian, (None, 0))(mech, q) @ qd[..., None]).max()):.1e}"
-    )
-    fig, axes = plot.plt.subplots(1, 2, figsize=(11, 4.5))
-    for k in range(0, 134, 27):
-        plot.draw(mech, q[k], axes[0], alpha=0.3 + 0.7 * k / 133)
-    tip = np.asarray(jax.vmap(kinematics.body_poses, (None, 0))(mech, q)[0][:, -1, :2])
-    axes[0].plot(tip[:, 0], tip[:, 1], "r-", lw=1, label="origin of link #7")
-    axes[0].set_title("carpet scraper over one crank turn")
-    axes[0].legend(fontsize=8)
-    t = np.arange(134) * 0.01
-    axes[1].plot(t, np.asarray(qd))
-    axes[1].set(xlabel="t [s]", ylabel="joint rate [rad/s]", title="joint rates at 45 rpm")
-    axes[1].legend(mech.coordinate_names, fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out / "scraper.png", dpi=120)
-    print(f"  figure: {out / 'scraper.png'}")
+    return sim, torque
+
+
+def write(mech, sim, torque, out=None, figure=None, gif=None, title=""):
+    if out is not None:
+        simulation.save(out, sim, tau=torque)
+        print(f"  results: {out}")
+    if figure is not None:
+        plot.simulation_figure(mech, sim, torque if np.any(torque) else None, figure, title)
+        print(f"  figure: {figure}")
+    if gif is not None:
+        plot.animation(mech, sim.ts, sim.q, gif)
+        print(f"  animation: {gif}")
 
 
 def demo(out: pathlib.Path):
+    """The seeds' two examples: the 3-RRR moving freely under gravity from its seed state, and the
+    carpet scraper's crank brought to 45 rpm by a speed-controlled motor."""
     out.mkdir(parents=True, exist_ok=True)
-    scraper_demo(out)
-    mech = triple_pendulum()
-    q0, qd0 = jnp.array([-0.3, 0.6, 0.4]), jnp.zeros(3)
-    run = jax.jit(simulate.simulate, static_argnums=(3, 4))
-    start = time.perf_counter()
-    traj = jax.block_until_ready(run(mech, q0, qd0, 5.0, 401))
-    compiled = time.perf_counter() - start
-    start = time.perf_counter()
-    traj = jax.block_until_ready(run(mech, q0, qd0, 5.0, 401))
-    elapsed = time.perf_counter() - start
-    e = jax.vmap(energy.total_energy, in_axes=(None, 0, 0))(mech, traj.q, traj.qd)
-    print(
-        f"loopdyn demo: {mech.num_bodies}-link pendulum with a spring, {float(traj.t[-1]):.1f} s "
-        f"simulated in {int(traj.steps)} adaptive Tsit5 steps"
-    )
-    print(f"  compile + run {compiled:.2f} s, run {1e3 * elapsed:.1f} ms")
-    print(f"  energy {float(e[0]):.6f} J, largest drift {float(jnp.max(jnp.abs(e - e[0]))):.2e} J")
-    plot.trajectory_figure(mech, traj, e, out / "pendulum.png")
-    print(f"  figure: {out / 'pendulum.png'}")
+    for name, t1, drive, about in (
+        ("three_rrr", 5.0, None, "free motion under gravity from the seed state (seed 000)"),
+        (
+            "carpet_scraper",
+            3.0,
+            4.712,
+            "crank motor held at 45 rpm by a speed controller (seed 002 §6.1.1)",
+        ),
+    ):
+        mech = load(name)
+        top = mech.topology
+        print(
+            f"{name}: {mech.num_bodies} joints, {len(top.loops)} loops, {top.dof} DOF; {about}; "
+            f"{t1:g} s, SSLM, Baumgarte"
+        )
+        tau, qd0 = (None, None) if drive is None else speed_control(mech, drive, 60.0)
+        sim, torque = run(mech, t1, tau=tau, qd0=qd0)
+        write(
+            mech, sim, torque, out / f"{name}.npz", out / f"{name}.png", out / f"{name}.gif", name
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="loopdyn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    cmd = sub.add_parser("demo", help="simulate the built-in default mechanism and plot it")
+    cmd = sub.add_parser("demo", help="simulate the 3-RRR and the carpet scraper, write figures")
     cmd.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"))
+    cmd = sub.add_parser("simulate", help="simulate a mechanism from its q0 at rest")
+    cmd.add_argument("mechanism", help="library name (e.g. three_rrr) or MJCF file (.xml)")
+    cmd.add_argument("--t", type=float, default=5.0, help="final time [s]")
+    cmd.add_argument("--method", choices=forward.METHODS, default="sslm")
+    cmd.add_argument("--stabilization", choices=simulation.STABILIZATIONS, default="baumgarte")
+    cmd.add_argument("--rtol", type=float, default=1e-8)
+    cmd.add_argument("--atol", type=float, default=1e-8)
+    cmd.add_argument("--saves", type=int, default=301, help="number of saved instants")
+    cmd.add_argument("--drive", type=float, help="hold the first actuator at this speed [rad/s]")
+    cmd.add_argument("--gain", type=float, default=60.0, help="speed controller gain [N m s/rad]")
+    cmd.add_argument("--out", type=pathlib.Path, help="results (.npz, written atomically)")
+    cmd.add_argument("--plot", type=pathlib.Path, help="figure (.png)")
+    cmd.add_argument("--gif", type=pathlib.Path, help="animation (.gif)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(args.out)
+    elif args.command == "simulate":
+        mech = load(args.mechanism)
+        tau, qd0 = (
+            (None, None) if args.drive is None else speed_control(mech, args.drive, args.gain)
+        )
+        print(f"{args.mechanism}: {args.t:g} s, {args.method}, {args.stabilization}")
+        sim, torque = run(
+            mech,
+            args.t,
+            tau=tau,
+            qd0=qd0,
+            saves=args.saves,
+            method=args.method,
+            stabilization=args.stabilization,
+            rtol=args.rtol,
+            atol=args.atol,
+        )
+        write(mech, sim, torque, args.out, args.plot, args.gif, args.mechanism)
+        if not sim.succeeded:
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":

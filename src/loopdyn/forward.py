@@ -174,11 +174,13 @@ def _block_elimination(order, gicm, rhs):
     return lam, singular
 
 
-def independent_coordinates(mech: Mechanism, q=None) -> tuple[int, ...]:
-    """Independent coordinates for `"embedding"`: the actuated ones when they are as many as the
-    degrees of freedom and ``J`` over the others is well conditioned at ``q`` (default
-    ``mech.q0``); otherwise those left after a column-pivoted QR of ``J`` picks the best-conditioned
-    dependent set. Needs a concrete ``q`` (not under ``jit``)."""
+def independent_coordinates(
+    mech: Mechanism, q=None, prefer_actuated: bool = True
+) -> tuple[int, ...]:
+    """Independent coordinates for `"embedding"`: with ``prefer_actuated``, the actuated ones when
+    they are as many as the degrees of freedom and ``J`` over the others is well conditioned at
+    ``q`` (default ``mech.q0``); otherwise those left after a column-pivoted QR of ``J`` picks the
+    best-conditioned dependent set. Needs a concrete ``q`` (not under ``jit``)."""
     top = mech.topology
     if not mech.cut_joints:
         return tuple(range(mech.num_bodies))
@@ -196,7 +198,7 @@ def independent_coordinates(mech: Mechanism, q=None) -> tuple[int, ...]:
         kinematics.check_jacobian(mech, q)  # names the loop
         raise ValueError(f"J has rank {rank} < {top.num_rows} rows: no minimal coordinates")
     actuated = list(mech.actuated)
-    if len(actuated) == top.dof:
+    if prefer_actuated and len(actuated) == top.dof:
         dependent = [k for k in range(mech.num_bodies) if k not in actuated]
         s = np.linalg.svd(jac[:, dependent], compute_uv=False)
         if s[-1] > 1e-3 * s_all[0]:

@@ -43,20 +43,64 @@ def draw(mech: Mechanism, q, ax=None, **style):
     return ax
 
 
-def trajectory_figure(mech: Mechanism, traj, energy=None, path=None):
-    """Snapshots of the motion, coordinates over time and (optionally) the energy error."""
-    panels = 3 if energy is not None else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
-    for k in np.linspace(0, len(traj.t) - 1, 6).astype(int):
-        draw(mech, traj.q[k], axes[0], alpha=0.25 + 0.75 * k / (len(traj.t) - 1))
-    axes[0].set_title("snapshots")
-    axes[1].plot(traj.t, traj.q)
-    axes[1].set(xlabel="t [s]", ylabel="q", title="coordinates")
-    axes[1].legend(mech.coordinate_names, fontsize=8)
-    if energy is not None:
-        axes[2].plot(traj.t, np.asarray(energy) - float(energy[0]))
-        axes[2].set(xlabel="t [s]", ylabel="E(t) - E(0) [J]", title="energy error")
+def _limits(mech, q):
+    """Axis limits that hold every drawn configuration of ``q`` ``(T, n)``."""
+    points = np.concatenate([np.concatenate(skeleton(mech, qk)) for qk in q])
+    low, high = points[:, :2].min(0), points[:, :2].max(0)
+    pad = 0.08 * float(np.max(high - low)) + 1e-3
+    return (low[0] - pad, high[0] + pad), (low[1] - pad, high[1] + pad)
+
+
+def simulation_figure(mech: Mechanism, sim, tau=None, path=None, title=""):
+    """Four panels of a `loopdyn.Simulation`: the mechanism at a few instants, joint angles, the
+    driving forces ``tau`` ``(T, n)`` (if given) and the loop residuals over time."""
+    ts, q = np.asarray(sim.ts), np.asarray(sim.q)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    ax = axes[0, 0]
+    for k in np.linspace(0, len(ts) - 1, 5).astype(int):
+        draw(mech, q[k], ax, alpha=0.2 + 0.8 * k / (len(ts) - 1))
+    xlim, ylim = _limits(mech, q[:: max(1, len(ts) // 20)])
+    ax.set(xlim=xlim, ylim=ylim, xlabel="x [m]", ylabel="y [m]", title=f"{title} at 5 instants")
+    axes[0, 1].plot(ts, q)
+    axes[0, 1].set(xlabel="t [s]", ylabel="joint coordinate [rad or m]", title="joint angles")
+    axes[0, 1].legend(mech.coordinate_names, fontsize=7, ncol=2)
+    if tau is not None:
+        driven = [k for k in range(mech.num_bodies) if np.ptp(np.asarray(tau)[:, k]) > 0]
+        for k in driven:
+            axes[1, 0].plot(ts, np.asarray(tau)[:, k], label=mech.coordinate_names[k])
+        axes[1, 0].legend(fontsize=7)
+    else:
+        axes[1, 0].text(0.5, 0.5, "free motion: no driving torque", ha="center", va="center")
+    axes[1, 0].set(xlabel="t [s]", ylabel="driving torque [N m]", title="driving torques")
+    residual = np.maximum(np.asarray(sim.loop_residual), 1e-18)
+    axes[1, 1].semilogy(ts, residual[:, 0], label="|Phi(q)| [m]")
+    axes[1, 1].semilogy(ts, residual[:, 1], label="|J(q) qd| [m/s]")
+    axes[1, 1].set(xlabel="t [s]", ylabel="loop residual", title="constraint error")
+    axes[1, 1].legend(fontsize=8)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
     return fig
+
+
+def animation(mech: Mechanism, ts, q, path, frames=60):
+    """Write a GIF of the mechanism moving through ``q`` ``(T, n)`` at the times ``ts``."""
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    ts, q = np.asarray(ts), np.asarray(q)
+    picks = np.linspace(0, len(ts) - 1, min(frames, len(ts))).astype(int)
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    xlim, ylim = _limits(mech, q[picks])
+
+    def frame(k):
+        ax.clear()
+        draw(mech, q[picks[k]], ax)
+        ax.set(xlim=xlim, ylim=ylim, xlabel="x [m]", ylabel="y [m]")
+        ax.set_title(f"t = {ts[picks[k]]:.2f} s")
+
+    interval = 1000 * float(ts[picks[-1]] - ts[0]) / max(len(picks) - 1, 1)
+    FuncAnimation(fig, frame, frames=len(picks)).save(
+        path, writer=PillowWriter(fps=max(1, round(1000 / interval)))
+    )
+    plt.close(fig)
