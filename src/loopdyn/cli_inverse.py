@@ -100,10 +100,11 @@ def cycle(mech, speeds, duration=None, dt=0.01, method="subsystem"):
     )
 
 
-def results(mech, motion, result, method="subsystem") -> dict:
+def results(mech, motion, result, method="subsystem", arrays=True) -> dict:
     """A JSON-ready record of a cycle: time, coordinates, actuator forces, multipliers, every
     reaction (components and magnitudes), ground and shaking wrench, their RMS and peak, the
-    solve plan and the accuracy measures."""
+    solve plan and the accuracy measures. ``arrays=False`` keeps of the time series only ``t``
+    and the actuator forces."""
     force, moment = inverse.reaction_magnitudes(mech, result.reactions)
     shake = shaking.shaking(mech, result, motion.q, include_weight=False)
     weighted = shaking.shaking(mech, result)
@@ -113,7 +114,7 @@ def results(mech, motion, result, method="subsystem") -> dict:
         return np.asarray(x).tolist()
 
     summary = {k: float(v) for k, v in shaking.summary(shake).items()}
-    return {
+    record = {
         "mechanism": {
             "bodies": list(mech.body_names),
             "coordinates": list(mech.coordinate_names),
@@ -149,6 +150,26 @@ def results(mech, motion, result, method="subsystem") -> dict:
             "min_conditioning": float(jnp.min(motion.conditioning)),
         },
     }
+    series = ("q", "multipliers", "reactions", "reaction_force_magnitude")
+    series += ("reaction_moment_magnitude", "ground_force", "ground_moment")
+    series += tuple(
+        k for k in record if k.startswith("shaking_") and k != "shaking_summary_dynamic"
+    )
+    return record if arrays else {k: v for k, v in record.items() if k not in series}
+
+
+def power_balance(mech, motion, result):
+    """Largest ``|tau . qd - dE/dt|`` over the cycle, relative to the largest actuator power: the
+    constraint forces do no work, so the actuators supply exactly the rate of change of the
+    mechanical energy (`loopdyn.energy`, differentiated along ``(qd, qdd)``; dampers excluded)."""
+    from . import energy
+
+    def rate(q, qd, qdd):
+        return jax.jvp(lambda q, qd: energy.total_energy(mech, q, qd), (q, qd), (qd, qdd))[1]
+
+    d_energy = jax.vmap(rate)(motion.q, motion.qd, motion.qdd)
+    power = jnp.sum(result.tau * motion.qd, axis=-1)
+    return float(jnp.max(jnp.abs(power - d_energy)) / jnp.max(jnp.abs(power)))
 
 
 def write_atomic(path, write):
@@ -160,10 +181,17 @@ def write_atomic(path, write):
     try:
         with os.fdopen(handle, "wb") as file:
             write(file)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a plain file is not
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path, record):

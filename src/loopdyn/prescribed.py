@@ -176,7 +176,7 @@ def prescribed_motion(
     t: Float[Array, " T"],
     q_guess: Float[Array, " n"] | None = None,
     coordinates=None,
-    tol: float = 1e-10,
+    tol: float = 1e-12,
     max_iter: int = 50,
 ) -> Motion:
     """Positions, velocities and accelerations of every coordinate on the grid ``t`` when the
@@ -197,7 +197,7 @@ def prescribed_inverse_dynamics(
     q_guess: Float[Array, " n"] | None = None,
     coordinates=None,
     method: str = "subsystem",
-    tol: float = 1e-10,
+    tol: float = 1e-12,
     max_iter: int = 50,
 ) -> tuple[Motion, inverse.InverseDynamics]:
     """`prescribed_motion` and the inverse dynamics (`loopdyn.inverse.solve`) of every state,
