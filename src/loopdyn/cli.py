@@ -7,8 +7,10 @@ import pathlib
 import time
 
 import jax
+import matplotlib
 
 jax.config.update("jax_enable_x64", True)
+matplotlib.use("Agg")  # files only: the command line never opens a window
 
 import jax.numpy as jnp
 import numpy as np

@@ -1,8 +1,5 @@
 """Matplotlib figures: mechanism skeletons and trajectories."""
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
