@@ -19,7 +19,7 @@ import pytest
 
 import loopdyn
 from loopdyn import MechanismBuilder, forces, forward, kinematics, mechanisms, tree
-from loopdyn.inverse import inverse_dynamics, joint_points, solve_plan
+from loopdyn.inverse import augmented, augmented_shape, inverse_dynamics, joint_points, solve_plan
 
 LIBRARY = {
     "four_bar": mechanisms.four_bar,
@@ -158,7 +158,8 @@ def evaluated(name):
             system = inverse_dynamics(mech, q, qd, qdd, method="system", check=False)
             # Round trip: loopdyn's own forward dynamics (SSLM) driven by the computed forces.
             back = forward.solve(mech, q, qd, sub.tau, method="sslm")
-            return sub, system, newton_euler_residual(mech, rigid, q, qd, qdd, sub), back
+            balance = newton_euler_residual(mech, rigid, q, qd, qdd, sub)
+            return sub, system, balance, back
 
         return jax.vmap(one)(q, qd, qdd)
 
@@ -206,8 +207,26 @@ def test_subsystem_recursion_equals_system_solve(name):
 @pytest.mark.parametrize("name", names())
 def test_reactions_balance_every_body(name):
     """Each rigid body's reactions, gravity, springs and inertia forces sum to zero."""
-    _, _, (_, _, residual, _) = evaluated(name)
+    _, _, (_, _, residual, *_) = evaluated(name)
     assert np.max(np.asarray(residual)) < 1e-9
+
+
+@eqx.filter_jit
+def _augmented(mech, q, qd, qdd):
+    return jax.vmap(lambda q, qd, qdd: augmented(mech, q, qd, qdd))(q, qd, qdd)
+
+
+# The largest mechanisms' dense systems (stewart 78x78) add a minute of compilation: left out.
+@pytest.mark.parametrize("name", [n for n in names() if n not in ("stewart", "excavator")])
+def test_fully_augmented_newton_euler_solve_gives_the_same_numbers(name):
+    """Seed 002's "traditional" method: all reactions from one solve of every rigid body's
+    Newton-Euler equations (least squares for the unactuated quarter car), no recursion."""
+    mech, (q, qd, qdd, _, _), (sub, *_) = evaluated(name)
+    full = _augmented(mech, q, qd, qdd)
+    for field in full._fields:
+        a, b = np.asarray(getattr(full, field)), np.asarray(getattr(sub, field))
+        scale = max(1.0, float(np.max(np.abs(b), initial=0.0)))
+        assert np.max(np.abs(a - b), initial=0.0) <= 1e-9 * scale, field
 
 
 @pytest.mark.parametrize("name", names())
@@ -243,6 +262,7 @@ def test_plans_of_seed_002():
     assert [s.shape for s in solve_plan(scraper, "system")] == [(7, 7)]
     assert [s.shape for s in solve_plan(rssr)] == [(3, 3), (1, 1)]
     assert [s.shape for s in solve_plan(rssr, "system")] == [(4, 4)]
+    assert augmented_shape(scraper) == (21, 21) and augmented_shape(rssr) == (18, 18)
     with pytest.warns(UserWarning, match="no determinate order"):
         assert [s.shape for s in solve_plan(mechanisms.four_bar())] == [(3, 3)]
 

@@ -40,6 +40,7 @@ Citations and the notation table: docs/references.md.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import NamedTuple
 
@@ -198,12 +199,13 @@ def _multipliers(mech, plan, tau_id, jac):
     return u, lam
 
 
-def _cut_wrenches(mech, q, lam):
-    """World wrenches ``[n; f]`` (about the world origin) that the multipliers apply to body b
-    and body a of every cut joint, ``(c, 2, 6)``, and frame b's origin ``(c, 3)``. Per row (rows
-    of `kinematics`): a point or across row pushes with ``lambda e`` at frame b's origin (on body
-    a, for a point row, at frame a's: the derivative of the row), an angle row turns body b with
-    the moment ``lambda x X e``; body a gets the opposite."""
+def _row_wrenches(mech, q):
+    """World wrenches ``[n; f]`` (about the world origin) that a unit multiplier of every
+    constraint row applies to body b and body a of its cut joint, ``(r, 2, 6)``, and frame b's
+    origin of every cut joint ``(c, 3)``. Per row (rows of `kinematics`): a point or across row
+    pushes with ``e`` at frame b's origin (on body a, for a point row, at frame a's: the
+    derivative of the row), an angle row turns body b with the moment ``x X e``; body a gets the
+    opposite."""
     ends, rows = kinematics._ends(mech, q), kinematics._rows(mech)
     e, x = kinematics._directions(ends, rows)
     p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
@@ -211,10 +213,17 @@ def _cut_wrenches(mech, q, lam):
     on_b = jnp.concatenate([push * jnp.cross(p_b, e) + rows.angle * jnp.cross(x, e), push * e], -1)
     lever = (1.0 - rows.turning) * jnp.cross(p_b - p_a, e)
     on_a = -on_b + jnp.concatenate([lever, jnp.zeros_like(lever)], -1)
-    per_row = jnp.stack([on_b, on_a], axis=1) * lam[:, None, None]
+    return jnp.stack([on_b, on_a], axis=1), ends.position[:, 1]
+
+
+def _cut_wrenches(mech, q, lam):
+    """The wrenches of `_row_wrenches` scaled by the multipliers and summed per cut joint,
+    ``(c, 2, 6)``, and frame b's origin of every cut joint ``(c, 3)``."""
+    per_row, points = _row_wrenches(mech, q)
+    rows = kinematics._rows(mech)
     sums = np.zeros((len(mech.cut_joints), len(rows.cut)))
     sums[rows.cut, np.arange(len(rows.cut))] = 1.0
-    return jnp.einsum("cr,rsk->csk", sums, per_row), ends.position[:, 1]
+    return jnp.einsum("cr,rsk->csk", sums, per_row * lam[:, None, None]), points
 
 
 def _to_world(mech, rotation, position, wrench):
@@ -233,14 +242,20 @@ def _about(point, wrench):
     )
 
 
+def _chain(mech, name):
+    """Coordinates of tree joint ``name`` (one, or a chain through massless bodies for a
+    spherical or universal joint); empty for a cut joint."""
+    if name in mech.coordinate_names:
+        return [mech.coordinate_names.index(name)]
+    return [k for k, c in enumerate(mech.coordinate_names) if c.startswith(f"{name}[")]
+
+
 def _joint_sources(mech):
     """For every joint name: ``("tree", body)`` (the real child body) or ``("cut", index)``."""
     out = []
     for name in mech.joint_names:
-        chain = [k for k, c in enumerate(mech.coordinate_names) if c.startswith(f"{name}[")]
-        if name in mech.coordinate_names:
-            out.append(("tree", mech.coordinate_names.index(name)))
-        elif chain:
+        chain = _chain(mech, name)
+        if chain:
             out.append(("tree", chain[-1]))
         else:
             out.append(("cut", [c.name for c in mech.cut_joints].index(name)))
@@ -428,3 +443,126 @@ def inverse_dynamics(
     closed = _check_state(mech, evaluated.levels, evaluated.scales, tol)
     producible = _check_producible(mech, evaluated.tau_id, evaluated.unbalanced, tol)
     return jax.tree_util.tree_map(lambda x: producible(closed(x)), evaluated.result)
+
+
+class Augmented(NamedTuple):
+    """Outcome of `augmented`: the fields of `InverseDynamics` it computes."""
+
+    actuator_forces: Float[Array, " a"]
+    multipliers: Float[Array, " m"]
+    reactions: Float[Array, "j d"]
+    ground_force: Array
+    ground_moment: Array
+
+
+def _complement(columns):
+    """An orthonormal basis ``(d, d - k)`` of the wrenches that do no work on the twists
+    ``columns`` ``(d, k)`` (the null space of ``columns^T`` under the pairing ``t . w``)."""
+    k = columns.shape[1]
+    return jnp.linalg.svd(columns.T, full_matrices=True)[2][k:].T
+
+
+def augmented_shape(mech: Mechanism) -> tuple[int, int]:
+    """``(equations, unknowns)`` of `augmented`'s system: 21x21 for the carpet scraper, 18x18
+    for the RSSR (seed 002 Tables 2-3)."""
+    rigid = mech.num_bodies - sum(max(len(_chain(mech, j)) - 1, 0) for j in mech.joint_names)
+    unknowns = sum(
+        mech.dim if set(_chain(mech, j)) & set(mech.actuated) else mech.dim - len(_chain(mech, j))
+        for j in mech.joint_names
+        if _chain(mech, j)
+    )
+    return mech.dim * rigid, unknowns + mech.topology.num_rows
+
+
+def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
+    """Seed 002 §5's "traditional" method: every joint reaction and actuator force at once from
+    the unconstrained Newton-Euler equations of all rigid bodies (`augmented_shape`: 21x21 for the
+    carpet scraper, 18x18 for the RSSR), with no recursion over the tree: the benchmark's baseline
+    and an independent check of `inverse_dynamics`.
+
+    Unknowns per joint (world axes, about the world origin): a passive tree joint, or a chain of
+    revolutes through massless bodies (spherical, universal), transmits any wrench that does no
+    work on its joint twists (planar 2, spatial 5, 4 or 3 components); an actuated one any wrench,
+    whose work on the joint twist is the actuator force; a cut joint transmits its constraint
+    rows' wrenches (`_row_wrenches`) times the multipliers. Equations: for each rigid body, the
+    wrenches from its parents' joints minus those to its children's equal its inertia wrench less
+    gravity and springs. One dense solve (LU; least squares where the system is not square)."""
+    dim, n = mech.dim, mech.num_bodies
+    rotation, position, s, t, dt = tree._world_motion(mech, q, qd, qdd)
+    gravity = tree.ground_acceleration(mech)
+    springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
+    body_wrench = []
+    for k in range(n):
+        m = tree._world_inertia(mech, k, rotation[k], position[k])
+        w = tree._mv(m, dt[k] + gravity) + tree._cross_force(mech, t[k], tree._mv(m, t[k]))
+        if springs is not None:
+            w = w - tree._force_to_world(mech, rotation[k], position[k], springs[k])
+        body_wrench.append(w)
+    internal = {k for j in mech.joint_names for k in _chain(mech, j)[:-1]}
+    rigid = [k for k in range(n) if k not in internal]
+    if mech.cut_joints:
+        per_row, cut_points = _row_wrenches(mech, q)
+        per_row = per_row[:, 0][:, _ROWS] if mech.planar else per_row[:, 0]
+        row_cut = kinematics._rows(mech).cut
+    # Columns of the unknowns, joint by joint: (basis, parent, child, point, actuated twist).
+    columns = []
+    tree_points = jnp.stack(position) + jnp.einsum(
+        "nij,nj->ni", jnp.stack(rotation), mech.child_position
+    )
+    for name in mech.joint_names:
+        chain = _chain(mech, name)
+        if chain:
+            twists = jnp.stack([s[k] for k in chain], axis=1)
+            driven = bool(set(chain) & set(mech.actuated))
+            basis = jnp.eye(dim, dtype=q.dtype) if driven else _complement(twists)
+            ends = (mech.parent[chain[0]], chain[-1])
+            columns.append((basis, *ends, tree_points[chain[-1]], s[chain[0]] if driven else None))
+        else:
+            c = [cut.name for cut in mech.cut_joints].index(name)
+            basis = per_row[np.flatnonzero(row_cut == c)].T
+            ends = (mech.cut_joints[c].body_a, mech.cut_joints[c].body_b)
+            columns.append((basis, *ends, cut_points[c], None))
+    row_of = {k: r for r, k in enumerate(rigid)}
+    width = [basis.shape[1] for basis, *_ in columns]
+    offsets = np.concatenate([[0], np.cumsum(width)])
+    matrix = jnp.zeros((dim * len(rigid), int(offsets[-1])), q.dtype)
+    for (basis, parent, child, _, _), first in zip(columns, offsets):
+        for body, sign in ((child, 1.0), (parent, -1.0)):
+            if body >= 0:
+                rows = slice(row_of[body] * dim, (row_of[body] + 1) * dim)
+                matrix = matrix.at[rows, first : first + basis.shape[1]].set(sign * basis)
+    rhs = jnp.concatenate([body_wrench[k] for k in rigid])
+    if matrix.shape[0] == matrix.shape[1]:
+        x = jnp.linalg.solve(matrix, rhs)
+    else:
+        x = jnp.linalg.lstsq(matrix, rhs)[0]
+    unknowns = [x[a:b] for a, b in itertools.pairwise(offsets)]
+    wrenches = [basis @ xj for (basis, *_), xj in zip(columns, unknowns)]
+    actuator, lam = {}, {}
+    for (_, _, _, _, twist), xj, w, name in zip(columns, unknowns, wrenches, mech.joint_names):
+        chain = _chain(mech, name)
+        if twist is not None:
+            actuator[chain[0]] = tree._dot(twist, w)
+        if not chain:
+            lam[[cut.name for cut in mech.cut_joints].index(name)] = xj
+    spatial_wrenches = kinematics._spatial(mech, jnp.stack(wrenches))
+    points = jnp.stack([point for *_, point, _ in columns])
+    reactions = jax.vmap(_about)(points, spatial_wrenches)
+    ground = jnp.zeros(6, q.dtype)
+    for (_, parent, child, _, _), w in zip(columns, spatial_wrenches):
+        ground = ground + (w if parent < 0 else 0.0) - (w if child < 0 else 0.0)
+    if springs is not None:
+        world = _to_world(mech, jnp.stack(rotation), jnp.stack(position), springs)
+        ground = ground + jnp.sum(world, axis=0)
+    if mech.planar:
+        reactions, ground_force, ground_moment = reactions[:, _ROWS], ground[3:5], ground[2]
+    else:
+        ground_force, ground_moment = ground[3:], ground[:3]
+    zero = jnp.zeros(0, q.dtype)
+    return Augmented(
+        jnp.stack([actuator[k] for k in mech.actuated]) if mech.actuated else zero,
+        jnp.concatenate([lam[c] for c in range(len(lam))]) if lam else zero,
+        reactions,
+        ground_force,
+        ground_moment,
+    )
