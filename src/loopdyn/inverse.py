@@ -435,8 +435,8 @@ def inverse_dynamics(
     cache. Called eagerly it runs one compiled program per mechanism topology and method.
     Works under ``jit``, ``vmap`` and ``grad``.
     """
-    plan = solve_plan(mech, method)
     q, qd, qdd = check_arrays(mech, "inverse_dynamics", q=q, qd=qd, qdd=qdd)
+    plan = solve_plan(mech, method)
     evaluated = _compiled(mech, q, qd, qdd, plan)
     if not check:
         return evaluated.result
