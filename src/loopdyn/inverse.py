@@ -35,6 +35,10 @@ parent is body a and the child body b (``Mechanism.cut_joints``), the point is f
 A spherical or universal tree joint (a chain through massless bodies) reports the wrench on its
 last body, the real child.
 
+`augmented` computes the same numbers by seed 002's "traditional" method, one dense solve of
+all rigid bodies' Newton-Euler equations for every reaction at once (21x21 for the scraper): the
+independent check in the tests and the baseline of benchmarks/inverse.py.
+
 Citations and the notation table: docs/references.md.
 """
 
