@@ -76,6 +76,16 @@ def test_batched_inverse_dynamics_equals_the_checked_one_state_function():
             )
 
 
+def test_state_at_one_time_equals_the_grid():
+    """The traceable one-time version (for a feedforward torque inside a simulation)."""
+    mech, motion, _ = rrr()
+    at = jax.jit(lambda t, q: prescribed.state_at(mech, rrr_drive, t, q))
+    for k in (2, 5):
+        guess = motion.q[k] + 1e-3  # a nearby state, as a simulation would give
+        for mine, grid in zip(at(GRID[k], guess), (motion.q[k], motion.qd[k], motion.qdd[k])):
+            np.testing.assert_allclose(mine, grid, rtol=0, atol=1e-10)
+
+
 def test_prescribed_motion_refusals():
     mech = mechanisms.four_bar()
     with pytest.raises(ValueError, match="2 prescribed coordinates .* prescribe exactly 1"):

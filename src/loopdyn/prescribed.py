@@ -133,6 +133,18 @@ def _motion(mech, t, q_a, qd_a, qdd_a, q_guess, chosen, tol, max_iter):
     return Motion(t, q, qd, qdd, closure, conditioning)
 
 
+def state_at(mech: Mechanism, drive: Callable, t, q_guess, coordinates=None, tol=1e-12):
+    """``(q, qd, qdd)`` of the prescribed motion at one time ``t`` (a scalar), assembled from
+    ``q_guess`` (e.g. the current state of a simulation): traceable, for use inside ``jit`` or an
+    ODE right-hand side, such as a feedforward ``tau(t, q, qd)`` from `loopdyn.inverse.solve`.
+    No checks: the result's closure is not reported."""
+    chosen = prescribed_coordinates(mech, coordinates)
+    t = jnp.reshape(jnp.asarray(t, mech.q0.dtype), (1,))
+    q_a, qd_a, qdd_a = _sampled(drive, t, len(chosen))
+    motion = _motion(mech, t, q_a, qd_a, qdd_a, q_guess, chosen, tol, 50)
+    return motion.q[0], motion.qd[0], motion.qdd[0]
+
+
 @eqx.filter_jit
 def _compiled(mech, t, drive, q_guess, chosen, tol, max_iter, method):
     q_a, qd_a, qdd_a = _sampled(drive, t, len(chosen))
