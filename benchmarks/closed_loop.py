@@ -214,7 +214,7 @@ def sharded_worker(batch, repeats):
     devices = jax.devices()
     mesh = Mesh(np.array(devices), ("batch",))
     sharding = NamedSharding(mesh, PartitionSpec("batch"))
-    out = {"devices": len(devices)}
+    print(json.dumps({"devices": len(devices)}), flush=True)
     for name in MECHANISMS:
         mech = make_mech(name)
         q, qd, tau, _ = random_states(mech, batch, seed=1)
@@ -223,36 +223,49 @@ def sharded_worker(batch, repeats):
             lambda mech, q, qd, tau: jax.vmap(lambda *x: solve(mech, *x).qdd)(q, qd, tau)
         )
         sharded_states = [jax.device_put(x, sharding) for x in (q, qd, tau)]
-        row = {}
         for label, states in (("one_device", (q, qd, tau)), ("sharded", sharded_states)):
             compile_s, _ = first_call(batched, mech, *states)
-            row[label] = {
+            row = {
                 "compile_s": compile_s,
                 "per_state_s": median_time(
                     lambda: batched(mech, *states).block_until_ready(), 1, repeats
                 )
                 / batch,
             }
-        out[name] = row
-    print(json.dumps(out))
+            print(json.dumps({"name": name, "label": label, **row}), flush=True)
 
 
-def per_machine(batch, repeats):
+def per_machine(batch, repeats, timeout=420):
     """loopdyn over all cores (subprocess) and Pinocchio in one pinned process per core."""
     env = dict(os.environ)
     cores = len(_CPUS)
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={cores}"
     ).strip()
-    done = subprocess.run(
-        [sys.executable, __file__, "--sharded-worker", "--batch", str(batch)]
-        + ["--repeats", str(repeats)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    result = {"cores": cores, "loopdyn": json.loads(done.stdout.strip().splitlines()[-1])}
+    command = [sys.executable, __file__, "--sharded-worker", "--batch", str(batch)]
+    command += ["--repeats", str(repeats)]
+    ours = {"devices": cores, "error": None}
+    try:
+        done = subprocess.run(
+            command, check=False, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        lines = done.stdout
+        if done.returncode:
+            ours["error"] = f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"
+    except subprocess.TimeoutExpired as stopped:
+        lines = stopped.stdout.decode() if isinstance(stopped.stdout, bytes) else stopped.stdout
+        ours["error"] = (
+            f"no result within {timeout} s (the subprocess was stopped; in a trial at "
+            "B = 4096 its threads all waited on a futex with no CPU use: a deadlock)"
+        )
+    for line in (lines or "").splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            if "name" in row:
+                ours.setdefault(row.pop("name"), {})[row.pop("label")] = row
+            else:
+                ours.update(row)
+    result = {"cores": cores, "loopdyn": ours}
     context = multiprocessing.get_context("spawn")
     for name in MECHANISMS:
         mech = make_mech(name)
@@ -577,14 +590,19 @@ def markdown(raw):
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name in MECHANISMS:
-            ld, pn = pm["loopdyn"][name], pm[name]
+            ld, pn = pm["loopdyn"].get(name, {}), pm[name]
+            one = ld.get("one_device", {}).get("per_state_s")
+            sharded = ld.get("sharded", {}).get("per_state_s")
+            compile_s = ld.get("sharded", {}).get("compile_s")
             cd = pn["pin_constraintDynamics"]["per_state_s"]
             lines.append(
-                f"| {name} | {us(ld['one_device']['per_state_s'])} "
-                f"| {us(ld['sharded']['per_state_s'])} | {ld['sharded']['compile_s']:.1f} "
+                f"| {name} | {us(one)} | {us(sharded)} "
+                f"| {f'{compile_s:.1f}' if compile_s else '-'} "
                 f"| {us(cd)} | {us(pn['pin_lcaba']['per_state_s'])} "
-                f"| {cd / ld['sharded']['per_state_s']:.2f} |"
+                f"| {f'{cd / sharded:.2f}' if sharded else '-'} |"
             )
+        if pm["loopdyn"].get("error"):
+            lines += ["", f"loopdyn over all cores: {pm['loopdyn']['error']}."]
         lines.append("")
     lines += [
         "## 2. Ladder of k four-bar loops (single jitted call, per core)",
