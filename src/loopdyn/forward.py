@@ -81,10 +81,26 @@ def _pivot_is_small(factor, block):
     return ~jnp.all(jnp.isfinite(pivots)) | jnp.any(pivots <= _PIVOT_RTOL * scale)
 
 
-def _dense_kkt(mech, q, qd, tau, f_ext, psi):
+def _psi(phi, velocity, bias, baumgarte):
+    """``Psi = -J' qd``, with Baumgarte's correction ``- 2 alpha J qd - beta^2 Phi`` when the gains
+    ``baumgarte = (alpha, beta)`` are given (seed 004 §4.3): then the loop residual obeys
+    ``Phi'' + 2 alpha Phi' + beta^2 Phi = 0`` instead of drifting."""
+    if baumgarte is None:
+        return -bias
+    alpha, beta = baumgarte
+    return -bias - 2.0 * alpha * velocity - beta**2 * phi
+
+
+def _dense_terms(mech, q, qd, baumgarte):
+    """The dense ``J`` and ``Psi`` of the methods that use the whole J."""
+    phi, jac, bias = kinematics.loop_terms(mech, q, qd)
+    return jac, _psi(phi, jac @ qd, bias, baumgarte)
+
+
+def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
     """Seed 000 eq. 10: ``[[I, -J^T], [J, 0]] [qdd; lam] = [phi; Psi]`` solved densely (LU)."""
+    jac, psi = _dense_terms(mech, q, qd, baumgarte)
     n, m = mech.num_bodies, psi.shape[0]
-    jac = kinematics.loop_jacobian(mech, q)
     kkt = jnp.block([[tree.mass_matrix(mech, q), -jac.T], [jac, jnp.zeros((m, m), q.dtype)]])
     rhs = jnp.concatenate([generalized_forces(mech, q, qd, tau, f_ext), psi])
     solution = jnp.linalg.solve(kkt, rhs)
@@ -96,9 +112,9 @@ def _dense_kkt(mech, q, qd, tau, f_ext, psi):
     return Solution(solution[:n], solution[n:], singular)
 
 
-def _system_multipliers(mech, q, qd, tau, f_ext, psi):
+def _system_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     """Seed 000 eqs. 11-12 with one Cholesky factorisation of the whole ``I``."""
-    jac = kinematics.loop_jacobian(mech, q)
+    jac, psi = _dense_terms(mech, q, qd, baumgarte)
     inertia = cho_factor(tree.mass_matrix(mech, q), lower=True)
     phi_hat = cho_solve(inertia, generalized_forces(mech, q, qd, tau, f_ext))
     i_hat_t = cho_solve(inertia, jac.T)
@@ -108,22 +124,25 @@ def _system_multipliers(mech, q, qd, tau, f_ext, psi):
     return Solution(phi_hat + i_hat_t @ lam, lam, _pivot_is_small(factor[0], gicm))
 
 
-def _subsystem_multipliers(mech, q, qd, tau, f_ext, psi):
-    """SSLM (seed 000 §3): subsystem-level ``phi_hat_j``, ``I_hat_{i,j}`` and GICM blocks, block
-    Gaussian elimination in the static order, then the articulated-body recursion."""
+def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
+    """SSLM (seed 000 §3): subsystem-level ``phi_hat_j``, ``I_hat_{i,j}`` and GICM blocks from
+    the non-zero blocks of J only, block Gaussian elimination in the static order, then the
+    articulated-body recursion."""
     top = mech.topology
-    jac = kinematics.loop_jacobian(mech, q)
-    blocks = {(i, j): jac[top.rows(i), top.coordinates(j)] for i, j in top.blocks}
+    phi, blocks, bias = kinematics.loop_block_terms(mech, q, qd)
+    velocity = [
+        sum(blocks[i, j] @ qd[top.coordinates(j)] for j in loop.subsystems)
+        for i, loop in enumerate(top.loops)
+    ]
+    psi = _psi(phi, jnp.concatenate(velocity) if velocity else phi, bias, baumgarte)
     f_bodies = _body_wrenches(mech, q, qd, f_ext)
     phi_hat = tree.forward_dynamics(mech, q, qd, tau, f_bodies)  # all phi_hat_j at once, O(n)
-    inertia = tree.mass_matrix(mech, q)
+    acted_on = [j for j in range(len(top.subsystems)) if any(k == j for _, k in top.blocks)]
+    inertias = tree.mass_matrix_blocks(mech, q, [top.coordinate_slices[j] for j in acted_on])
     i_hat_t = {}  # (i, j) -> I_j^-1 J_{i,j}^T
-    for j in range(len(top.subsystems)):
+    for j, inertia in zip(acted_on, inertias):
         acting = [i for i, k in top.blocks if k == j]
-        if not acting:
-            continue
-        cols = top.coordinates(j)
-        factor = cho_factor(inertia[cols, cols], lower=True)
+        factor = cho_factor(inertia, lower=True)
         solved = cho_solve(factor, jnp.concatenate([blocks[i, j].T for i in acting], axis=1))
         split = np.cumsum([top.loops[i].rows for i in acting])[:-1]
         i_hat_t.update(zip(((i, j) for i in acting), jnp.split(solved, split, axis=1)))
@@ -209,12 +228,12 @@ def independent_coordinates(
     return tuple(sorted(set(range(mech.num_bodies)) - set(pivots[: top.num_rows].tolist())))
 
 
-def _embedded(mech, q, qd, tau, f_ext, psi, independent):
+def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     """Minimal-coordinate dynamics (see the module docstring); ``independent`` is static."""
     n = mech.num_bodies
     dependent = np.array([k for k in range(n) if k not in independent], dtype=int)
     independent = np.asarray(independent, dtype=int)
-    jac = kinematics.loop_jacobian(mech, q)
+    jac, psi = _dense_terms(mech, q, qd, baumgarte)
     jac_d, jac_i = jac[:, dependent], jac[:, independent]
     lu = jax.scipy.linalg.lu_factor(jac_d)
     t = jnp.zeros((n, independent.size), q.dtype)
@@ -236,16 +255,17 @@ def _embedded(mech, q, qd, tau, f_ext, psi, independent):
 _SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem_multipliers}
 
 
-def solve(mech, q, qd, tau, f_ext=None, method="sslm", psi=None, independent=None) -> Solution:
-    """The traceable core of `forward_dynamics`: no checks, ``Psi`` given or ``-J' qd``."""
-    if psi is None:
-        psi = -kinematics.loop_bias(mech, q, qd)
+def solve(
+    mech, q, qd, tau, f_ext=None, method="sslm", baumgarte=None, independent=None
+) -> Solution:
+    """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
+    Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``."""
     if not mech.cut_joints:
         qdd = tree.forward_dynamics(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext))
-        return Solution(qdd, psi, jnp.asarray(False))
+        return Solution(qdd, jnp.zeros(0, qdd.dtype), jnp.asarray(False))
     if method == "embedding":
-        return _embedded(mech, q, qd, tau, f_ext, psi, independent)
-    return _SOLVERS[method](mech, q, qd, tau, f_ext, psi)
+        return _embedded(mech, q, qd, tau, f_ext, baumgarte, independent)
+    return _SOLVERS[method](mech, q, qd, tau, f_ext, baumgarte)
 
 
 def check_method(method: str, function: str = "forward_dynamics") -> str:

@@ -74,16 +74,28 @@ def _with_ground(x, ground):
     return jnp.concatenate([x, jnp.broadcast_to(jnp.asarray(ground, x.dtype), (1, *x.shape[1:]))])
 
 
-def _moves(mech) -> np.ndarray:
-    """``(n + 1, n)``: entry ``[k, i]`` is 1 where coordinate i moves body k (its own joint and
-    those of its ancestors); the last row, the ground, is zero."""
-    moves = np.zeros((mech.num_bodies + 1, mech.num_bodies))
-    for k in range(mech.num_bodies):
-        i = k
-        while i >= 0:
-            moves[k, i] = 1.0
-            i = mech.parent[i]
-    return moves
+@functools.cache
+def _paths(parent: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Static ``(n + 1, L)`` indices of the coordinates that move each body (its own joint and its
+    ancestors'; ``L`` the deepest path) and the matching 0/1 mask; the last row, the ground, is
+    empty. Sums over these paths keep the loop kinematics linear in the size of the loops."""
+    paths = []
+    for k in range(len(parent)):
+        path = [k]
+        while parent[path[-1]] >= 0:
+            path.append(parent[path[-1]])
+        paths.append(path)
+    depth = max(map(len, paths), default=1)
+    index = np.zeros((len(parent) + 1, depth), dtype=int)
+    mask = np.zeros((len(parent) + 1, depth))
+    for k, path in enumerate(paths):
+        index[k, : len(path)], mask[k, : len(path)] = path, 1.0
+    return index, mask
+
+
+def _path_sum(values, index, mask):
+    """``sum_l values[index[..., l]] * mask[..., l]``: per-body sums over the moving coordinates."""
+    return jnp.einsum("...l,...ld->...d", jnp.asarray(mask, values.dtype), values[index])
 
 
 def _basis(axis):
@@ -174,13 +186,15 @@ def _ends(mech, q, qd=None, jacobian=False):
     of the body point at the world origin per unit rate). There the twist propagation of the tree
     (seed 004 eqs. 20-23) has identity propagation matrices: ``t_k = t_parent + S_k qd_k`` and
     ``dt_k = dt_parent + t_k x S_k qd_k`` (at ``qdd = 0``), i.e. sums over the ancestors, taken
-    with the static matrix `_moves`; the columns of J are the ``S_i`` carried to the cut frames.
+    over the static `_paths`; the Jacobians are the ``S_i`` of each frame's path carried to the
+    frame, ``(c, 2, L, 3)``: entry ``l`` belongs to coordinate ``_paths(...)[0][body, l]``.
     """
     position, rotation = tree.forward_kinematics(mech, q)
     bodies = np.array([[cut.body_a, cut.body_b] for cut in mech.cut_joints], dtype=int).reshape(
         -1, 2
     )
-    moves = jnp.asarray(_moves(mech)[bodies], q.dtype)  # (c, 2, n)
+    index, mask = _paths(mech.parent)
+    end_index, end_mask = index[bodies], jnp.asarray(mask[bodies], q.dtype)  # (c, 2, L)
     r_body = _with_ground(rotation, np.eye(3))[bodies]
     local_p = jnp.stack([mech.cut_position_a, mech.cut_position_b], axis=1)
     local_r = jnp.stack([mech.cut_rotation_a, mech.cut_rotation_b], axis=1)
@@ -194,15 +208,16 @@ def _ends(mech, q, qd=None, jacobian=False):
             axis=-1,
         )
     if jacobian:
-        jac_point = (twist_axes[:, 3:] + jnp.cross(axis, p[:, :, None, :])) * moves[..., None]
+        on_path = axis[end_index]
+        jac_point = twist_axes[end_index, 3:] + jnp.cross(on_path, p[:, :, None, :])
         ends = ends._replace(
-            jac_point=jnp.swapaxes(jac_point, -1, -2),
-            jac_angle=jnp.swapaxes(axis * moves[..., None], -1, -2),
+            jac_point=jac_point * end_mask[..., None], jac_angle=on_path * end_mask[..., None]
         )
     if qd is not None:
         rates = twist_axes * qd[:, None]
-        t = jnp.asarray(_moves(mech), q.dtype)[:-1] @ rates  # twists of the bodies
-        t_end, dt_end = moves @ rates, moves @ _cross6(t, rates)
+        t = _path_sum(rates, index[:-1], mask[:-1])  # twists of the bodies
+        t_end = _path_sum(rates, end_index, end_mask)
+        dt_end = _path_sum(_cross6(t, rates), end_index, end_mask)
         omega, alpha = t_end[..., :3], dt_end[..., :3]
         velocity = t_end[..., 3:] + jnp.cross(omega, p)
         ends = ends._replace(
@@ -237,13 +252,52 @@ def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
 
 def _jacobian(ends, rows, e, x):
     """``d(e . x) = (e x x) . omega_a + e . dx`` with ``dx = v_b - v_a`` (gap) or
-    ``omega_b x x`` (angle rows), as rows over the joint rates."""
-    jac_a, jac_b = ends.jac_angle[rows.cut, 0], ends.jac_angle[rows.cut, 1]
-    jac_gap = (ends.jac_point[:, 1] - ends.jac_point[:, 0])[rows.cut]
-    jac_x = rows.angle * jnp.einsum("ri,rin->rn", jnp.cross(x, e), jac_b) + (
-        1.0 - rows.angle
-    ) * jnp.einsum("ri,rin->rn", e, jac_gap)
-    return rows.turning * jnp.einsum("ri,rin->rn", jnp.cross(e, x), jac_a) + jac_x
+    ``omega_b x x`` (angle rows), per row over the path of frame a and that of frame b:
+    ``(m, L)`` each (entries as in `_ends`)."""
+    cut = rows.cut
+    on_b = rows.angle * jnp.einsum("ri,rli->rl", jnp.cross(x, e), ends.jac_angle[cut, 1])
+    on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 1])
+    on_a = rows.turning * jnp.einsum("ri,rli->rl", jnp.cross(e, x), ends.jac_angle[cut, 0])
+    on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 0])
+    return on_a, on_b
+
+
+def _row_paths(mech):
+    """Static ``(m, 2, L)`` coordinate indices of each row's two path sums (frames a and b)."""
+    index = _paths(mech.parent)[0]
+    bodies = np.array([[cut.body_a, cut.body_b] for cut in mech.cut_joints], dtype=int)
+    return index[bodies[_rows(mech).cut]]
+
+
+def _dense(mech, on_a, on_b):
+    """``J`` ``(m, n)`` from the path rows of `_jacobian` (padding entries carry zeros)."""
+    cols = _row_paths(mech)
+    jac = jnp.zeros((on_a.shape[0], mech.num_bodies), on_a.dtype)
+    rows = np.arange(on_a.shape[0])[:, None]
+    return jac.at[rows, cols[:, 0]].add(on_a).at[rows, cols[:, 1]].add(on_b)
+
+
+def _blocks(mech, on_a, on_b):
+    """The non-zero blocks ``J_{i,j}`` from the path rows: a frame's path lies in the subsystem
+    of its body, so each block gathers the rows of loop i whose frame sits on subsystem j."""
+    top, cols = mech.topology, _row_paths(mech)
+    blocks = {}
+    for i, j in top.blocks:
+        rows, start = top.rows(i), top.coordinate_slices[j][0]
+        block = jnp.zeros((rows.stop - rows.start, top.coordinate_slices[j][1] - start))
+        block = block.astype(on_a.dtype)
+        for side, values in ((0, on_a), (1, on_b)):
+            body = _frame_body(mech, top.loops[i].cut, side)
+            if body >= 0 and top.subsystem_of[body] == j:
+                local = np.where(cols[rows, side] >= start, cols[rows, side] - start, 0)
+                block = block.at[np.arange(block.shape[0])[:, None], local].add(values[rows])
+        blocks[i, j] = block
+    return blocks
+
+
+def _frame_body(mech, cut, side):
+    joint = mech.cut_joints[cut]
+    return joint.body_a if side == 0 else joint.body_b
 
 
 def _bias(ends, rows, e, x):
@@ -270,14 +324,15 @@ def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]
     if not mech.cut_joints:
         return jnp.zeros((0, mech.num_bodies), q.dtype)
     ends, rows = _ends(mech, q, jacobian=True), _rows(mech)
-    return _jacobian(ends, rows, *_directions(ends, rows))
+    return _dense(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
 
 
 def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[int, int], Array]:
     """The non-zero blocks ``J_{i,j}`` ``(m_i, n_j)`` of loop i and subsystem j (seed 000 eqs.
-    14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``."""
-    jac, top = loop_jacobian(mech, q), mech.topology
-    return {(i, j): jac[top.rows(i), top.coordinates(j)] for i, j in top.blocks}
+    14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``, computed from the
+    loops' own paths: the dense ``m x n`` J is never formed."""
+    ends, rows = _ends(mech, q, jacobian=True), _rows(mech)
+    return _blocks(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
 
 
 def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " m"]:
@@ -298,7 +353,16 @@ def loop_terms(
         return loop_residual(mech, q), loop_jacobian(mech, q), loop_bias(mech, q, qd)
     ends, rows = _ends(mech, q, qd, jacobian=True), _rows(mech)
     e, x = _directions(ends, rows)
-    return _dot(e, x), _jacobian(ends, rows, e, x), _bias(ends, rows, e, x)
+    return _dot(e, x), _dense(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
+
+
+def loop_block_terms(
+    mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
+) -> tuple[Float[Array, " m"], dict[tuple[int, int], Array], Float[Array, " m"]]:
+    """`loop_terms` with J as its non-zero blocks (`loop_jacobian_blocks`): what SSLM needs."""
+    ends, rows = _ends(mech, q, qd, jacobian=True), _rows(mech)
+    e, x = _directions(ends, rows)
+    return _dot(e, x), _blocks(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
 
 
 def free_coordinates(mech: Mechanism, fixed=()) -> tuple[int, ...]:

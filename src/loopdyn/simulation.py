@@ -130,12 +130,10 @@ def _torque(tau, t1):
 
 def _accelerations(mech, q, qd, tau, method, stabilization, gains, independent):
     """The solution of the (stabilised) constrained equations at one state."""
-    phi, jac, bias = kinematics.loop_terms(mech, q, qd)
-    psi = -bias
-    if stabilization == "baumgarte":
-        alpha, beta = gains
-        psi = psi - 2.0 * alpha * (jac @ qd) - beta**2 * phi
-    return forward.solve(mech, q, qd, tau, method=method, psi=psi, independent=independent)
+    baumgarte = gains if stabilization == "baumgarte" else None
+    return forward.solve(
+        mech, q, qd, tau, method=method, baumgarte=baumgarte, independent=independent
+    )
 
 
 class _Partitioned(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):

@@ -299,18 +299,30 @@ def mass_matrix(mech: Mechanism, q) -> Float[Array, "n n"]:
     """Generalized inertia matrix ``I = N^T M N`` (seed 000 eq. 7) by the composite-body
     recursion: ``I_ij = p_j . (C_i p_i)`` for ``j`` on the path from ``i`` to the ground, with
     ``C_i`` the extended mass matrix of the subtree at ``i``."""
+    return mass_matrix_blocks(mech, q, ((0, mech.num_bodies),))[0]
+
+
+def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "k k"]]:
+    """The diagonal blocks of `mass_matrix` over the coordinate ``ranges`` ``(start, stop)``
+    (e.g. ``mech.topology.coordinate_slices``: the subsystems' ``I_j``, seed 000 eq. 20), at the
+    cost of those blocks only."""
     rotation, position, s = _frames(mech, q)
     n = mech.num_bodies
     composite = _subtree_sums(
         mech, [_world_inertia(mech, i, rotation[i], position[i]) for i in range(n)]
     )
     force = jnp.stack([_mv(c, si) for c, si in zip(composite, s)])
+    s = jnp.stack(s)
     on_path = np.eye(n, dtype=bool)  # on_path[i, j]: j is i or one of its ancestors
     for i, p in enumerate(mech.parent):
         if p >= 0:
             on_path[i] |= on_path[p]
-    lower = jnp.where(on_path, _dot(force[:, None, :], jnp.stack(s)[None, :, :]), 0.0)
-    return lower + jnp.where(np.eye(n, dtype=bool), 0.0, _transpose(lower))
+    blocks = []
+    for start, stop in ranges:
+        k = slice(start, stop)
+        lower = jnp.where(on_path[k, k], _dot(force[k, None, :], s[None, k, :]), 0.0)
+        blocks.append(lower + jnp.where(np.eye(stop - start, dtype=bool), 0.0, _transpose(lower)))
+    return blocks
 
 
 def forward_dynamics(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, " n"]:
