@@ -1,4 +1,5 @@
-"""Command line: ``loopdyn demo`` and ``loopdyn simulate <mechanism | model.xml>``.
+"""Command line: ``loopdyn demo``, ``loopdyn simulate <mechanism | model.xml>`` and
+``loopdyn inverse <mechanism | model.xml>`` (`cli_inverse`).
 
 ``python -m loopdyn.cli ...`` works the same without the installed script."""
 
@@ -15,7 +16,7 @@ matplotlib.use("Agg")  # files only: the command line never opens a window
 import jax.numpy as jnp
 import numpy as np
 
-from . import forward, kinematics, mechanisms, plot, simulation
+from . import cli_inverse, forward, kinematics, mechanisms, plot, simulation
 from .io.mjcf import load_mjcf
 
 
@@ -129,8 +130,11 @@ def main(argv=None):
     cmd.add_argument("--out", type=pathlib.Path, help="results (.npz, written atomically)")
     cmd.add_argument("--plot", type=pathlib.Path, help="figure (.png)")
     cmd.add_argument("--gif", type=pathlib.Path, help="animation (.gif)")
+    cli_inverse.add_parser(sub)
     args = parser.parse_args(argv)
-    if args.command == "demo":
+    if args.command == "inverse":
+        cli_inverse.run(args)
+    elif args.command == "demo":
         demo(args.out)
     elif args.command == "simulate":
         mech = load(args.mechanism)
