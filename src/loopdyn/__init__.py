@@ -1,7 +1,21 @@
 """loopdyn: differentiable dynamics of multi-closed-loop mechanisms in JAX."""
 
-from . import energy, forces, forward, kinematics, mechanisms, simulation, spatial, topology, tree
+from . import (
+    energy,
+    forces,
+    forward,
+    inverse,
+    kinematics,
+    mechanisms,
+    prescribed,
+    shaking,
+    simulation,
+    spatial,
+    topology,
+    tree,
+)
 from .forward import forward_dynamics
+from .inverse import inverse_dynamics
 from .io.mjcf import load_mjcf
 from .mechanism import CutJoint, Mechanism, MechanismBuilder
 from .simulation import Simulation, simulate
@@ -15,9 +29,13 @@ __all__ = [
     "forces",
     "forward",
     "forward_dynamics",
+    "inverse",
+    "inverse_dynamics",
     "kinematics",
     "load_mjcf",
     "mechanisms",
+    "prescribed",
+    "shaking",
     "simulate",
     "simulation",
     "spatial",
