@@ -297,10 +297,10 @@ class TrajectoryFit(NamedTuple):
 
 
 @eqx.filter_jit
-def _trajectory_loss_and_grad(theta, mech, sel, q0, qd0, ts, q_measured, simulate_kwargs):
+def _trajectory_loss_and_grad(theta, mech, sel, q0, qd0, t1, ts, q_measured, simulate_kwargs):
     def loss(theta):
         fitted = parameters.from_vector(theta, mech, sel)
-        sim = simulate(fitted, q0, qd0, ts[-1], saveat=ts, **dict(simulate_kwargs))
+        sim = simulate(fitted, q0, qd0, t1, saveat=ts, **dict(simulate_kwargs))
         return jnp.mean((sim.q - q_measured) ** 2)
 
     return jax.value_and_grad(loss)(theta)
@@ -338,7 +338,9 @@ def fit_trajectory(
     kwargs = tuple(sorted(simulate_kwargs.items()))
     history = []
     for _ in range(steps):
-        value, grad = _trajectory_loss_and_grad(theta, mech, sel, q0, qd0, ts, q_measured, kwargs)
+        value, grad = _trajectory_loss_and_grad(
+            theta, mech, sel, q0, qd0, float(ts[-1]), ts, q_measured, kwargs
+        )
         history.append(float(value))
         updates, state = optimizer.update(grad, state, theta)
         theta = optax.apply_updates(theta, updates)
