@@ -121,13 +121,14 @@ def main():
 
 
 def plot(mech, motion, result, path):
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from loopdyn import plot as loopdyn_plot
 
     t, q = np.asarray(motion.t), np.asarray(motion.q)
     forces = np.asarray(result.actuator_forces)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig = Figure(figsize=(15, 4.3))
+    axes = fig.subplots(1, 3)
     for k in np.linspace(0, len(t) - 1, 4).astype(int):
         loopdyn_plot.draw(mech, q[k], axes[0], alpha=0.25 + 0.75 * k / (len(t) - 1))
     axes[0].set(xlabel="x [m]", ylabel="y [m]", title="3-RRR at t = 0, 1, 2, 3 s")
@@ -140,7 +141,6 @@ def plot(mech, motion, result, path):
         ax.legend(fontsize=8)
     fig.tight_layout()
     write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=110))
-    plt.close(fig)
 
 
 def report(record):

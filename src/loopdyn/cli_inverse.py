@@ -201,14 +201,13 @@ def write_json(path, record):
 def figure(mech, motion, result, path=None, title=""):
     """Four panels: actuator forces, reaction force magnitude per joint, the shaking force
     (dynamic part) as a polar trace, and the shaking moment, over the cycle."""
-    import matplotlib.pyplot as plt
-
-    from . import plot  # noqa: F401  (selects the non-interactive backend)
+    from matplotlib.figure import Figure  # no pyplot: any backend, or none, will do
 
     t = np.asarray(motion.t)
     force, _ = (np.asarray(x) for x in inverse.reaction_magnitudes(mech, result.reactions))
     shake = shaking.shaking(mech, result, motion.q, include_weight=False)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig = Figure(figsize=(11, 8))
+    axes = fig.subplots(2, 2)
     ax = axes[0, 0]
     for k, name in enumerate(mech.actuator_names):
         ax.plot(t, np.asarray(result.actuator_forces)[:, k], label=name)
@@ -238,7 +237,6 @@ def figure(mech, motion, result, path=None, title=""):
     fig.tight_layout()
     if path is not None:
         write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=110))
-        plt.close(fig)
     return fig
 
 
