@@ -20,6 +20,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tree_dynamics.py
+	$(BIN)/python benchmarks/closed_loop.py
+	$(BIN)/python benchmarks/inverse.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
