@@ -6,8 +6,6 @@ import pathlib
 import subprocess
 import sys
 
-import jax
-
 NOTEBOOK = pathlib.Path(__file__).parents[1] / "notebooks" / "inverse_dynamics.py"
 
 
@@ -16,9 +14,6 @@ def test_inverse_dynamics_notebook_runs(tmp_path):
         "MPLBACKEND": "Agg",
         "LOOPDYN_NOTEBOOK_OUT": str(tmp_path),
         "LOOPDYN_NOTEBOOK_POSITIONS": "12",
-        # The suite's persistent compilation cache (conftest.py) serves the subprocess too.
-        "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir,
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
     }
     done = subprocess.run(
         [sys.executable, str(NOTEBOOK)],
