@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m loopdyn.cli demo
 
+# One process per test file: a long single process that compiled hundreds of XLA programs
+# aborted inside XLA's compiler (each file passes on its own). Exit 5 = all deselected (slow).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	@status=0; for f in tests/test_*.py; do \
+	  $(BIN)/python -m pytest $$f; code=$$?; \
+	  if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then status=1; fi; \
+	done; exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tree_dynamics.py
