@@ -11,6 +11,7 @@ from . import (
     parameters,
     prescribed,
     shaking,
+    sharding,
     simulation,
     spatial,
     topology,
@@ -20,6 +21,7 @@ from .forward import forward_dynamics
 from .inverse import inverse_dynamics
 from .io.mjcf import load_mjcf
 from .mechanism import CutJoint, Mechanism, MechanismBuilder
+from .sharding import batch
 from .simulation import Simulation, simulate
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "Mechanism",
     "MechanismBuilder",
     "Simulation",
+    "batch",
     "energy",
     "fit",
     "forces",
@@ -40,6 +43,7 @@ __all__ = [
     "parameters",
     "prescribed",
     "shaking",
+    "sharding",
     "simulate",
     "simulation",
     "spatial",

@@ -1,0 +1,90 @@
+"""A batch of states over every device in one call: ``batch(fn)`` is ``jit(vmap(fn))`` with the
+batch axis split across devices by `jax.sharding` (GPUs, or several host CPU devices).
+
+JAX shows one CPU device per process unless told otherwise. For several host devices (one per
+core, say), set the flag before JAX starts::
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python script.py
+
+or, first thing in a script, ``os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"``
+before ``import jax``. Results do not depend on the number of devices: each state's computation is
+the same program.
+"""
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+def _batch_size(args, in_axes):
+    sizes = {
+        (i, x.shape[0])
+        for i, (arg, axis) in enumerate(zip(args, in_axes))
+        if axis is not None
+        for x in jax.tree.leaves(arg)
+    }
+    if not sizes:
+        raise ValueError("batch: no argument is batched (every in_axes entry is None)")
+    if len({size for _, size in sizes}) > 1:
+        shown = ", ".join(f"argument {i}: {size}" for i, size in sorted(sizes))
+        raise ValueError(f"batch: batched arguments disagree on the batch size ({shown})")
+    return sizes.pop()[1]
+
+
+def batch(
+    fn: Callable,
+    in_axes: int | None | Sequence[int | None] = 0,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+) -> Callable:
+    """``fn`` mapped over the leading axis of its batched arguments, sharded over ``devices``.
+
+    ``in_axes`` is 0 (batched) or None (shared, e.g. the mechanism) per positional argument, or
+    one value for all. ``devices`` defaults to ``jax.devices()``. The batch is padded to a
+    multiple of the device count by repeating its last state, and the padding is dropped from
+    the result, so any batch size works. Outputs have the batch as their leading axis.
+
+    >>> fd = batch(loopdyn.forward_dynamics, in_axes=(None, 0, 0, 0))
+    >>> qdd, lam = fd(mech, q, qd, tau)  # q, qd, tau of shape (B, n)
+    """
+    devices = tuple(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("batch: devices is empty")
+    mesh = Mesh(np.array(devices), ("batch",))
+    split = NamedSharding(mesh, PartitionSpec("batch"))
+    whole = NamedSharding(mesh, PartitionSpec())
+
+    @eqx.filter_jit
+    def mapped(axes, *args):
+        return jax.vmap(fn, in_axes=axes)(*args)
+
+    def call(*args):
+        axes = (in_axes,) * len(args) if not isinstance(in_axes, Sequence) else tuple(in_axes)
+        if len(axes) != len(args):
+            raise ValueError(f"batch: in_axes has {len(axes)} entries for {len(args)} arguments")
+        if any(axis not in (0, None) for axis in axes):
+            raise ValueError(f"batch: in_axes entries must be 0 or None, got {axes}")
+        size = _batch_size(args, axes)
+        padded = -size % len(devices) + size
+
+        def place(x, axis):
+            if not eqx.is_array(x):
+                return x
+            if axis is None:
+                return jax.device_put(x, whole)
+            x = jnp.asarray(x)
+            if padded > size:
+                x = jnp.concatenate([x, jnp.repeat(x[-1:], padded - size, axis=0)])
+            return jax.device_put(x, split)
+
+        placed = [
+            jax.tree.map(lambda x, axis=axis: place(x, axis), arg) for arg, axis in zip(args, axes)
+        ]
+        out = mapped(axes, *placed)
+        return jax.tree.map(lambda x: x[:size] if eqx.is_array(x) else x, out)
+
+    return call
