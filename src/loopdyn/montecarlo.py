@@ -3,7 +3,7 @@ sharded over every device (`loopdyn.sharding`), stored chunk by chunk in a zarr 
 survives a crash, across one or several processes (`jax.distributed`).
 
 Run ``i`` is a pure function of ``(mech, i)``: its key is ``fold_in(key(seed), i)``, a
-sampler turns the nominal mechanism and the key into a `Sample` (a mechanism, an initial guess
+sampler turns the nominal mechanism, the key and ``i`` into a `Sample` (a mechanism, an initial guess
 and velocity, and the recorded parameter vector), the loops are closed with the ``fixed``
 coordinates held (`kinematics.try_assemble`), the velocities projected onto ``J qd = 0``, and the
 run is a forward simulation (`simulation.simulate`) or a prescribed inverse-dynamics cycle
@@ -88,7 +88,7 @@ class Tolerances:
     def _is_mass(self):
         return np.array([b.field == "mass" for b in self.selection.blocks for _ in b.labels])
 
-    def __call__(self, mech: Mechanism, key) -> Sample:
+    def __call__(self, mech: Mechanism, key, index=None) -> Sample:
         theta = parameters.to_vector(mech, self.selection)
         u = jax.random.uniform(key, theta.shape, theta.dtype, -1.0, 1.0)
         is_mass = self._is_mass()
@@ -212,7 +212,7 @@ def run_sample(
     ``fold_in(key(seed), index)``, assemble, check the start, simulate or run the inverse
     cycle, summarise. ``options`` must be `Options.checked` for ``mech``."""
     key = jax.random.fold_in(jax.random.key(seed), index)
-    sample = sampler(mech, key)
+    sample = sampler(mech, key, index)
     fixed = options.fixed
     assembly = kinematics.try_assemble(sample.mech, sample.q0, fixed, options.closure_tol)
     q0 = assembly.q
@@ -440,7 +440,8 @@ def run(
 ) -> dict:
     """Run a study of ``n`` runs into the zarr store ``out`` and return its `statistics`.
 
-    ``sampler(mech, key) -> Sample`` (e.g. `tolerances`). Chunks of ``chunk`` runs are one
+    ``sampler(mech, key, index) -> Sample`` (e.g. `tolerances`; ``index`` is the run's number,
+    for samplers that need it, e.g. to take designs from a table). Chunks of ``chunk`` runs are one
     sharded, jitted batch each (`sharding.batch` over ``devices``, default all local devices);
     a progress bar shows runs/s and the time left. ``resume=True`` continues a store of the same
     study, computing only the chunks not marked done; without it an existing ``out`` is an error.
@@ -456,7 +457,7 @@ def run(
         raise TypeError(f"montecarlo.run: mech must be a Mechanism, got {type(mech).__name__}")
     if not callable(sampler):
         raise TypeError(
-            f"montecarlo.run: sampler must be callable (mech, key) -> Sample, got {sampler!r}"
+            f"montecarlo.run: sampler must be callable (mech, key, index) -> Sample, got {sampler!r}"
         )
     if int(n) < 1 or int(chunk) < 1:
         raise ValueError(f"montecarlo.run: n and chunk must be positive, got n={n}, chunk={chunk}")
@@ -465,13 +466,12 @@ def run(
     study = _study(mech, sampler, n, chunk, options, seed)
     rank, processes = jax.process_index(), jax.process_count()
     devices = tuple(jax.local_devices() if devices is None else devices)
-    exists = os.path.exists(os.path.join(os.fspath(out), "zarr.json"))
-    if exists and not resume:
-        raise FileExistsError(
-            f"montecarlo: {out} exists; pass resume=True (--resume) to continue it"
-        )
-    if rank == 0:
-        if exists:
+    if rank == 0:  # the others wait for it at the barrier
+        if os.path.exists(os.path.join(os.fspath(out), "zarr.json")):
+            if not resume:
+                raise FileExistsError(
+                    f"montecarlo: {out} exists; pass resume=True (--resume) to continue it"
+                )
             _open(out, study)
         else:
             ts = (
