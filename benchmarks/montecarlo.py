@@ -100,8 +100,15 @@ def simulate_loop(mech, sampler, options, indices, store):
             jax.block_until_ready(sim.q)
             took = time.perf_counter() - start
         times.append(took)
-        diffs.append(float(np.max(np.abs(np.asarray(sim.q[-1]) - store["summary/q_final"][index]))))
+        diffs.append(_differences(np.asarray(sim.q), store["trajectory/q"][index]))
     return first, times, diffs
+
+
+def _differences(q, stored):
+    """Max |q - stored| over the saves up to 1 s, and at the end (the free 3-RRR is chaotic:
+    rounding differences grow until the runs part over the seconds that follow)."""
+    early = np.linspace(0.0, T1, SAVES) <= 1.0 + 1e-12
+    return float(np.max(np.abs(q - stored)[early])), float(np.max(np.abs(q[-1] - stored[-1])))
 
 
 def pinocchio_loop(mech, sampler, options, indices, store):
@@ -111,7 +118,8 @@ def pinocchio_loop(mech, sampler, options, indices, store):
         sampled, q0 = sample_state(mech, sampler, options, index)
         solver = PinocchioSolver(sampled, "constraintDynamics")  # model building: not timed
         steps = int(store["summary/steps"][index] + store["summary/rejected_steps"][index])
-        rk4_steps = math.ceil(6 * steps / 4)
+        per_save = math.ceil(6 * steps / 4 / (SAVES - 1))  # RK4 steps between saves
+        rk4_steps = per_save * (SAVES - 1)
         dt = T1 / rk4_steps
         zero = np.zeros(len(q0))
 
@@ -119,17 +127,20 @@ def pinocchio_loop(mech, sampler, options, indices, store):
             return qd, np.array(solver(q, qd, zero))
 
         q, qd = np.array(q0), np.zeros(len(q0))
+        saved = [q]
         start = time.perf_counter()
-        for _ in range(rk4_steps):
+        for k in range(rk4_steps):
             k1 = f(q, qd)
             k2 = f(q + dt / 2 * k1[0], qd + dt / 2 * k1[1])
             k3 = f(q + dt / 2 * k2[0], qd + dt / 2 * k2[1])
             k4 = f(q + dt * k3[0], qd + dt * k3[1])
             q = q + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
             qd = qd + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+            if (k + 1) % per_save == 0:
+                saved.append(q)
         times.append(time.perf_counter() - start)
         evaluations.append(4 * rk4_steps)
-        diffs.append(float(np.max(np.abs(q - store["summary/q_final"][index]))))
+        diffs.append(_differences(np.array(saved), store["trajectory/q"][index]))
     return times, diffs, evaluations
 
 
@@ -138,7 +149,8 @@ def report(info, r):
     n, per_run = r["n"], r["study_s"] / r["n"]
     sim_run = float(np.median(r["simulate_loop_s"]))
     pin_run = float(np.median(r["pinocchio_s"]))
-    met = r["study_s"] < 60.0
+    full = r["study_s"] * 10_000 / n  # the 10,000-run study (measured when n = 10,000)
+    met = full < 60.0
     lines = [
         "# Monte Carlo at scale: loopdyn.montecarlo vs single simulate calls and Pinocchio",
         "",
@@ -161,9 +173,9 @@ def report(info, r):
         "",
         "| target | met | by how much |",
         "|---|:---:|---|",
-        f"| {n} five-second 3-RRR runs under 60 s on this machine | "
-        f"{'yes' if met else '**missed**'} | {r['study_s']:.1f} s "
-        f"({r['study_s'] / 60:.1f}x the goal) after compilation |",
+        f"| 10,000 five-second 3-RRR runs under 60 s on this machine | "
+        f"{'yes' if met else '**missed**'} | {full:.1f} s ({full / 60:.1f}x the goal) after "
+        f"compilation{'' if n == 10_000 else f', extrapolated from {n} runs'} |",
         "",
         "## Results",
         "",
@@ -186,12 +198,16 @@ def report(info, r):
         f"- Steps per run (accepted): median {r['steps_median']:.0f}, max {r['steps_max']:.0f}; "
         f"rejected: median {r['rejected_median']:.0f}. A chunk steps in lock-step until its "
         "slowest run ends.",
-        f"- Agreement: single `simulate` vs the store, max |q_final difference| "
-        f"{max(r['simulate_diff']):.1e} rad; Pinocchio RK4 ({int(np.median(r['pinocchio_evals']))}"
-        f" evaluations, median) vs the store {max(r['pinocchio_diff']):.1e} rad (different "
-        "integrators: an error bound, not a bug).",
+        "- Agreement with the store (max |q difference| over the saves up to 1 s; at 5 s): "
+        f"single `simulate` {max(d[0] for d in r['simulate_diff']):.1e} rad; "
+        f"{max(d[1] for d in r['simulate_diff']):.1e} rad; Pinocchio RK4 "
+        f"({int(np.median(r['pinocchio_evals']))} evaluations, median) "
+        f"{max(d[0] for d in r['pinocchio_diff']):.1e} rad; "
+        f"{max(d[1] for d in r['pinocchio_diff']):.1e} rad. The free 3-RRR is chaotic: rounding "
+        "(batched vs single programs) and integration errors (RK4 vs Tsit5 at 1e-6) grow until "
+        "the runs part within the 5 s, so only the first second compares them.",
         "",
-        "Statistics of the final platform-chain angles (successful runs):",
+        "Statistics of the final joint angles and the energy drift [J] (successful runs):",
         "",
         "| column | mean | std | q5 | q50 | q95 |",
         "|---|---:|---:|---:|---:|---:|",
@@ -234,7 +250,8 @@ def main():
     info["load_average_start"] = info.pop("load_average")
     mech = mechanisms.three_rrr()
     sampler = montecarlo.tolerances(mech, MASS_TOL, LENGTH_TOL)
-    options = montecarlo.Options(t1=T1, saves=SAVES, rtol=TOL, atol=TOL).checked(mech)
+    options = montecarlo.Options(t1=T1, saves=SAVES, rtol=TOL, atol=TOL, trajectories=True)
+    options = options.checked(mech)
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         first, elapsed, stats = study(mech, sampler, options, args.n, args.chunk, folder)
