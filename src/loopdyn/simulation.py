@@ -14,6 +14,19 @@ The state is ``y = (q, qd)`` and the vector field is ``(qd, qdd)`` with ``qdd`` 
   partition is chosen at each step by column pivoting of ``J``: free motion, e.g. of the 3-RRR,
   leaves the region where any one fixed partition is well conditioned (along its 15 s seed run
   every fixed choice reaches cond(J_d) > 2000).
+
+Gradients (``adjoint``, diffrax's): ``RecursiveCheckpointAdjoint`` (default) differentiates the
+discrete solver steps in reverse mode, storing checkpoints: exact gradients of the computed
+trajectory for every stabilization. ``ForwardMode`` does the same in forward mode (``jax.jacfwd``:
+cheap for few parameters and many outputs, e.g. least-squares residuals). ``BacksolveAdjoint``
+solves the continuous adjoint equations backwards in time, re-integrating the state backwards
+as well: its gradients carry the solver's error, and it is stable only where the backward
+re-integration is. With ``"baumgarte"`` the correction that damps ``Phi`` forward in time
+excites it backwards (``Phi'' - 2 alpha Phi' + beta^2 Phi = 0`` in reversed time), so the
+reconstructed states leave the constraint manifold like ``exp(alpha t)``: usable when
+``alpha t1`` is small, or with ``"none"`` over horizons where the undamped drift stays at the
+tolerances. ``"embedding"`` projects after each step, which the continuous adjoint does not see:
+refused.
 """
 
 from __future__ import annotations
@@ -173,14 +186,15 @@ class _Partitioned(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver
 
 @eqx.filter_jit
 def _integrate(mech, q0, qd0, t1, ts, tau, options):
-    method, stabilization, gains, independent, solver, rtol, atol, dt0, max_steps = options
+    method, stabilization, gains, independent, solver, rtol, atol, dt0, max_steps, adjoint = options
     torque = _torque(tau, t1)
     embedded = stabilization == "embedding" and mech.cut_joints
     if embedded:
         solver = _Partitioned(solver, lambda y: _on_manifold(mech, *y, 3))
 
-    def field(t, y, args):
-        q, qd = y
+    def field(t, y, args):  # the parameters come in ``args``, as BacksolveAdjoint needs
+        (q, qd), (mech, tau) = y, args
+        torque = _torque(tau, t1)
         solution = _accelerations(
             mech, q, qd, torque(t, q, qd), method, stabilization, gains, independent
         )
@@ -194,7 +208,9 @@ def _integrate(mech, q0, qd0, t1, ts, tau, options):
         t1,
         dt0,
         (q0, qd0),
+        args=(mech, tau),
         saveat=diffrax.SaveAt(ts=ts),
+        adjoint=adjoint,
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
         throw=False,
@@ -248,6 +264,7 @@ def simulate(
     closure_tol: float = 1e-9,
     independent: tuple[int, ...] | None = None,
     throw: bool = False,
+    adjoint: diffrax.AbstractAdjoint | None = None,
 ) -> Simulation:
     """Simulate ``mech`` from ``(q0, qd0)`` over ``[0, t1]``: the whole trajectory is one jitted
     diffrax solve (compiled once per topology and options; differentiable; ``vmap``-able).
@@ -266,6 +283,9 @@ def simulate(
     instead (independent coordinates held). A failed solve (singular configuration, NaN, too many
     steps) returns with ``stats.result`` set, ``message`` saying when and what to do, and ``inf``
     rows after the failure; ``throw=True`` raises ``RuntimeError`` with that message instead.
+
+    ``adjoint``: how gradients pass through the solve (module docstring, "Gradients"); default
+    ``diffrax.RecursiveCheckpointAdjoint()``, ``diffrax.ForwardMode()`` for ``jax.jacfwd``.
     """
     q0, qd0 = check_arrays(mech, "simulate", q0=q0, qd0=qd0)
     check_finite("simulate", q0=q0, qd0=qd0)
@@ -276,6 +296,15 @@ def simulate(
         )
     if not float(t1) > 0.0:
         raise ValueError(f"simulate: t1 must be positive, got {t1}")
+    adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
+    if not isinstance(adjoint, diffrax.AbstractAdjoint):
+        raise TypeError(f"simulate: adjoint must be a diffrax adjoint, got {adjoint!r}")
+    if isinstance(adjoint, diffrax.BacksolveAdjoint) and stabilization == "embedding":
+        raise ValueError(
+            "simulate: adjoint=BacksolveAdjoint cannot differentiate stabilization='embedding' "
+            "(the projection after each step is not part of the vector field); use the default "
+            "RecursiveCheckpointAdjoint"
+        )
     if mech.cut_joints and independent is None and (method == "embedding" or assemble):
         independent = forward.independent_coordinates(mech, q0, prefer_actuated=assemble)
     if assemble and mech.cut_joints:
@@ -296,6 +325,7 @@ def simulate(
         atol,
         dt0,
         max_steps,
+        adjoint,
     )
     result = _integrate(mech, q0, qd0, t1, ts.astype(q0.dtype), tau, options)
     if throw:
@@ -310,8 +340,9 @@ def simulate(
 
 def _check_closed(mech, q0, qd0, tol):
     """Refuse initial states that do not satisfy the loop constraints, naming the worst loop."""
-    if not mech.cut_joints or isinstance(q0, jax.core.Tracer):
-        return
+    leaves = jax.tree_util.tree_leaves((mech, q0, qd0))
+    if not mech.cut_joints or any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return  # traced (e.g. differentiated with respect to mech): checked where concrete
     phi, jac, _ = (np.asarray(x) for x in kinematics.loop_terms(mech, q0, qd0))
     velocity_scale = 1.0 + float(np.max(np.abs(jac))) * float(np.linalg.norm(qd0))
     top = mech.topology
