@@ -16,8 +16,14 @@ direction involves few parameters) and gives standard errors and confidence inte
 residual variance.
 
 Nonlinear route (trajectory data). `fit_trajectory` fits the free parameters of a
-`loopdyn.parameters.Free` selection to measured coordinates by minimising the mean squared error
-of a `loopdyn.simulate` run with optax (Adam by default), gradients through the diffrax solve.
+`loopdyn.parameters.Free` selection (unconstrained: masses stay positive, inertias physical) to
+measured coordinates by nonlinear least squares on the residuals ``q_sim(t_k) - q_measured(t_k)``
+of one `loopdyn.simulate` run: Levenberg-Marquardt (Nocedal and Wright, Numerical Optimization,
+2nd ed., Springer 2006, §10.3) with the residual Jacobian from ``jax.jacfwd`` through the
+diffrax solve (``diffrax.ForwardMode``, one tangent per free parameter). At the optimum the
+same Jacobian gives the Gauss-Newton covariance ``s^2 (J^T J)^-1`` (``s^2`` the residual
+variance), its rank and null space (what the data cannot determine) and confidence intervals,
+by the same column-scaled SVD as the linear route.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from __future__ import annotations
 import warnings
 from typing import NamedTuple
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import scipy.stats
 from jaxtyping import Array, Float
 
@@ -252,6 +258,12 @@ def identify(
     y = y.reshape(-1, len(labels))
     prior = np.asarray(inertial_parameters(mech, bodies))
     rhs = np.asarray(forces).reshape(-1) - offset.reshape(-1) - y @ prior
+    return _least_squares(y, rhs, prior, labels, confidence, rtol)
+
+
+def _least_squares(y, rhs, prior, labels, confidence, rtol) -> Identification:
+    """``prior + argmin |y x - rhs|`` by the SVD of the column-scaled ``y``, with the rank, named
+    null space, residual variance and t intervals of `Identification`."""
     scale = np.linalg.norm(y, axis=0)
     negligible = scale <= 1e-12 * max(float(np.max(scale, initial=0.0)), 1e-300)
     scale[negligible] = max(float(np.max(scale, initial=0.0)), 1.0)  # rounding: keep it tiny
@@ -287,23 +299,37 @@ def identify(
 
 
 class TrajectoryFit(NamedTuple):
-    """Outcome of `fit_trajectory`: the fitted ``mech``, the unconstrained ``theta`` (entries
-    ``sel.labels``), the ``loss`` history (one value per step) and the final ``gradient``."""
+    """Outcome of `fit_trajectory`. ``mech``: the fitted mechanism. ``statistics``: an
+    `Identification` in the unconstrained parameters (labels ``sel.labels``, e.g.
+    ``crank.log_mass``) from the Jacobian at the optimum: estimate, standard errors, t intervals,
+    rank and unidentifiable directions; ``noise_std`` is the residual standard deviation in the
+    weighted units. ``values`` and ``interval``: the same in physical units (``log_`` entries
+    exponentiated, labels without ``log_``: ``crank.mass``, positive intervals), labels
+    ``value_labels``. ``cost``: ``|r|^2 / 2`` after every iteration (the start first);
+    ``converged``: the step fell below ``xtol``."""
 
     mech: Mechanism
-    theta: np.ndarray
-    loss: np.ndarray
-    gradient: np.ndarray
+    statistics: Identification
+    value_labels: tuple[str, ...]
+    values: np.ndarray
+    interval: np.ndarray
+    cost: np.ndarray
+    converged: bool
 
 
 @eqx.filter_jit
-def _trajectory_loss_and_grad(theta, mech, sel, q0, qd0, t1, ts, q_measured, simulate_kwargs):
-    def loss(theta):
-        fitted = parameters.from_vector(theta, mech, sel)
-        sim = simulate(fitted, q0, qd0, t1, saveat=ts, **dict(simulate_kwargs))
-        return jnp.mean((sim.q - q_measured) ** 2)
+def _residual_and_jacobian(theta, mech, sel, q0, qd0, t1, ts, q_measured, weight, options):
+    """Weighted residuals ``(q_sim - q_measured) / weight`` over the samples (flattened) and their
+    Jacobian with respect to ``theta`` (forward mode through the solve)."""
 
-    return jax.value_and_grad(loss)(theta)
+    def residual(theta):
+        fitted = parameters.from_vector(theta, mech, sel)
+        sim = simulate(fitted, q0, qd0, t1, saveat=ts, adjoint=diffrax.ForwardMode(), **options)
+        r = ((sim.q - q_measured) / weight).reshape(-1)
+        return r, r
+
+    jac, r = jax.jacfwd(residual, has_aux=True)(theta)
+    return r, jac
 
 
 def fit_trajectory(
@@ -313,16 +339,26 @@ def fit_trajectory(
     q_measured,
     q0,
     qd0,
-    steps: int = 200,
-    optimizer: optax.GradientTransformation | None = None,
+    *,
+    weight=1.0,
+    max_steps: int = 50,
+    xtol: float = 1e-10,
+    confidence: float = 0.95,
+    rtol: float = 1e-9,
+    progress=None,
     **simulate_kwargs,
 ) -> TrajectoryFit:
     """Fit the free parameters ``sel`` of ``mech`` (the starting guess) to coordinates
-    ``q_measured`` ``(T, n)`` measured at ``ts`` ``(T,)`` (``ts[0] = 0``) of a motion from
-    ``(q0, qd0)``: mean squared error of `loopdyn.simulate` (keyword arguments passed on, e.g.
-    ``tau``; hashable ones only) minimised over ``steps`` of ``optimizer`` (default
-    ``optax.adam(0.05)``) in the unconstrained parameters of `loopdyn.parameters` (masses stay
-    positive). One compiled program for the loss and its gradient."""
+    ``q_measured`` ``(T, n)`` measured at ``ts`` ``(T,)`` (``0 <= ts``, the last the horizon) of a
+    motion from the known state ``(q0, qd0)``: Levenberg-Marquardt on the residuals of
+    `loopdyn.simulate` (keyword arguments passed on, e.g. ``tau``, ``rtol``), divided by
+    ``weight`` (scalar or ``(n,)``, e.g. each coordinate's noise level).
+
+    Each iteration solves ``(J^T J + mu D^2) dx = -J^T r`` (``D^2`` the diagonal of ``J^T J``),
+    accepts a step that lowers the cost and then lowers ``mu``, else raises ``mu``; it stops when
+    ``|dx| <= xtol (|theta| + xtol)`` or after ``max_steps``. ``progress(iteration, cost, mu)``
+    is called after each iteration. Statistics at the optimum: `TrajectoryFit`; one compiled
+    program for the residuals and their Jacobian."""
     ts = jnp.asarray(ts, mech.q0.dtype)
     q_measured = jnp.asarray(q_measured, mech.q0.dtype)
     if ts.ndim != 1 or ts.shape[0] < 2:
@@ -332,18 +368,57 @@ def fit_trajectory(
             f"fit_trajectory: q_measured must have shape ({ts.shape[0]}, {mech.num_bodies}) "
             f"(one row per time in ts), got {q_measured.shape}"
         )
-    optimizer = optax.adam(0.05) if optimizer is None else optimizer
-    theta = parameters.to_vector(mech, sel)
-    state = optimizer.init(theta)
-    kwargs = tuple(sorted(simulate_kwargs.items()))
-    history = []
-    for _ in range(steps):
-        value, grad = _trajectory_loss_and_grad(
-            theta, mech, sel, q0, qd0, float(ts[-1]), ts, q_measured, kwargs
+    weight = jnp.broadcast_to(jnp.asarray(weight, mech.q0.dtype), (mech.num_bodies,))
+    if not bool(jnp.all(weight > 0)):
+        raise ValueError(f"fit_trajectory: weight must be positive, got {weight}")
+    if sel.size == 0:
+        raise ValueError("fit_trajectory: sel frees no parameter")
+    options = dict(sorted(simulate_kwargs.items()))
+    theta = np.asarray(parameters.to_vector(mech, sel))
+
+    def evaluate(theta):
+        r, jac = _residual_and_jacobian(
+            jnp.asarray(theta), mech, sel, q0, qd0, float(ts[-1]), ts, q_measured, weight, options
         )
-        history.append(float(value))
-        updates, state = optimizer.update(grad, state, theta)
-        theta = optax.apply_updates(theta, updates)
+        r, jac = np.asarray(r), np.asarray(jac)
+        return (0.5 * float(r @ r), r, jac) if np.all(np.isfinite(r)) else (np.inf, r, jac)
+
+    cost, r, jac = evaluate(theta)
+    if not np.isfinite(cost):
+        raise ValueError("fit_trajectory: the simulation fails at the starting parameters")
+    history, mu, converged = [cost], 1e-3, False
+    for iteration in range(max_steps):
+        hessian, gradient = jac.T @ jac, jac.T @ r
+        diagonal = np.maximum(np.diag(hessian), 1e-300)
+        while True:
+            step = np.linalg.solve(hessian + mu * np.diag(diagonal), -gradient)
+            trial = evaluate(theta + step)
+            if trial[0] < cost or np.linalg.norm(step) <= xtol * (np.linalg.norm(theta) + xtol):
+                break
+            mu *= 10.0
+            if mu > 1e12:
+                break
+        if trial[0] <= cost:
+            theta, (cost, r, jac), mu = theta + step, trial, max(mu / 10.0, 1e-12)
+        history.append(cost)
+        if progress is not None:
+            progress(iteration + 1, cost, mu)
+        if np.linalg.norm(step) <= xtol * (np.linalg.norm(theta) + xtol) or mu > 1e12:
+            converged = mu <= 1e12
+            break
+    statistics = _least_squares(jac, -r, theta, sel.labels, confidence, rtol)
+    statistics = statistics._replace(
+        estimate=theta, interval=statistics.interval - (statistics.estimate - theta)[:, None]
+    )
+    logs = np.array(["log_" in label for label in sel.labels])
+    values = np.where(logs, np.exp(theta), theta)
+    interval = np.where(logs[:, None], np.exp(statistics.interval), statistics.interval)
     return TrajectoryFit(
-        parameters.from_vector(theta, mech, sel), np.asarray(theta), np.asarray(history), grad
+        mech=parameters.from_vector(jnp.asarray(theta), mech, sel),
+        statistics=statistics,
+        value_labels=tuple(label.replace("log_", "") for label in sel.labels),
+        values=values,
+        interval=interval,
+        cost=np.asarray(history),
+        converged=converged,
     )
