@@ -16,7 +16,16 @@ matplotlib.use("Agg")  # files only: the command line never opens a window
 import jax.numpy as jnp
 import numpy as np
 
-from . import cli_inverse, cli_montecarlo, forward, kinematics, mechanisms, plot, simulation
+from . import (
+    cli_fit,
+    cli_inverse,
+    cli_montecarlo,
+    forward,
+    kinematics,
+    mechanisms,
+    plot,
+    simulation,
+)
 from .io.mjcf import load_mjcf
 
 
@@ -132,11 +141,14 @@ def main(argv=None):
     cmd.add_argument("--gif", type=pathlib.Path, help="animation (.gif)")
     cli_inverse.add_parser(sub)
     cli_montecarlo.add_parser(sub)
+    cli_fit.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "inverse":
         cli_inverse.run(args)
     elif args.command == "montecarlo":
         cli_montecarlo.run(args)
+    elif args.command == "fit":
+        cli_fit.run(args)
     elif args.command == "demo":
         demo(args.out)
     elif args.command == "simulate":
