@@ -281,3 +281,20 @@ def test_killed_run_resumes_to_the_same_results(launched, reference, capsys):
     computed = [int(line.split()[1][:-1]) for line in lines if line.startswith("chunk ")]
     assert sorted(computed) == list(np.flatnonzero(~done))  # exactly the unfinished chunks
     _assert_same(store, _arrays(reference[0]))
+
+
+def test_bad_input_gets_a_clear_error(tmp_path):
+    def wrong_shape(mech, key, index):
+        return SAMPLER(mech, key, index)._replace(q0=jnp.zeros(2))
+
+    with pytest.raises(ValueError, match=r"Sample.q0 must have shape \(3,\)"):
+        montecarlo.run(MECH, wrong_shape, N, tmp_path / "a.zarr", options=OPTIONS)
+    with pytest.raises(TypeError, match="must return a montecarlo.Sample"):
+        montecarlo.compute(MECH, lambda m, k, i: m, [0], OPTIONS)
+    with pytest.raises(ValueError, match="method must be one of"):
+        montecarlo.compute(MECH, SAMPLER, [0], dataclasses.replace(OPTIONS, method="rk4"))
+    with pytest.raises(ValueError, match="needs a drive"):
+        montecarlo.compute(MECH, SAMPLER, [0], montecarlo.Options(kind="inverse"))
+    with pytest.raises(ValueError, match="mass must be finite and >= 0"):
+        montecarlo.tolerances(MECH, mass=-0.1)
+    assert not (tmp_path / "a.zarr").exists()

@@ -13,6 +13,7 @@ The subcommand is added to the ``loopdyn`` parser by `add_parser` and executed b
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import time
@@ -95,7 +96,8 @@ def print_statistics(stats, labels):
     print(f"  {'summary':28s}" + "".join(f"{h:>14s}" for h in heads))
     for label in labels:
         row = stats["columns"][label]
-        print(f"  {label:28s}" + "".join(f"{row[h]:14.6g}" for h in heads))
+        values = (math.nan if row[h] is None else row[h] for h in heads)
+        print(f"  {label:28s}" + "".join(f"{v:14.6g}" for v in values))
 
 
 def run(args):

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import kinematics, parameters, prescribed, sharding, simulation
+from . import forward, kinematics, parameters, prescribed, sharding, simulation
 from .mechanism import Mechanism
 
 UNASSEMBLED, SINGULAR = 3, 4
@@ -156,6 +156,8 @@ class Options:
             raise ValueError("montecarlo: kind='inverse' needs a drive t -> (a,) (Options.drive)")
         if self.kind == "simulate" and self.saves < 2:
             raise ValueError(f"montecarlo: saves must be >= 2, got {self.saves}")
+        if self.kind == "simulate":
+            forward.check_method(self.method, "montecarlo")
         if self.stabilization not in simulation.STABILIZATIONS:
             raise ValueError(
                 f"montecarlo: stabilization must be one of {simulation.STABILIZATIONS}"
@@ -270,6 +272,27 @@ def run_sample(
     return Outcome(code.astype(jnp.int8), sample.params, summary, trajectory)
 
 
+def check_sampler(mech: Mechanism, sampler: Callable) -> Sample:
+    """Trace ``sampler`` once (no computation) and check what it returns; returns the shapes."""
+    if not callable(sampler):
+        raise TypeError(f"sampler must be callable (mech, key, index) -> Sample, got {sampler!r}")
+    key, index = jax.random.key(0), jnp.zeros((), jnp.int64)
+    sample = jax.eval_shape(lambda m: sampler(m, key, index), mech)
+    if not isinstance(sample, Sample):
+        raise TypeError(f"sampler must return a montecarlo.Sample, got {type(sample).__name__}")
+    if jax.tree.structure(sample.mech) != jax.tree.structure(mech):
+        raise ValueError("sampler: Sample.mech must have the nominal mechanism's structure")
+    n = mech.num_bodies
+    for name in ("q0", "qd0"):
+        if getattr(sample, name).shape != (n,):
+            raise ValueError(
+                f"sampler: Sample.{name} must have shape ({n},), got {getattr(sample, name).shape}"
+            )
+    if sample.params.ndim != 1:
+        raise ValueError(f"sampler: Sample.params must be 1-D, got shape {sample.params.shape}")
+    return sample
+
+
 @functools.lru_cache(maxsize=16)
 def _chunk_function(sampler, options, seed, devices):
     """The sharded, jitted map of `run_sample` over a chunk of indices (one per study setup)."""
@@ -291,6 +314,7 @@ def compute(
     """The outcomes of the runs ``indices`` (any subset of a study: the same numbers as in its
     store), as one sharded batch over ``devices`` (default all)."""
     options = options.checked(mech)
+    check_sampler(mech, sampler)
     indices = np.asarray(indices, dtype=np.int64)
     if indices.ndim != 1 or indices.size == 0:
         raise ValueError(
@@ -455,10 +479,7 @@ def run(
 
     if not isinstance(mech, Mechanism):
         raise TypeError(f"montecarlo.run: mech must be a Mechanism, got {type(mech).__name__}")
-    if not callable(sampler):
-        raise TypeError(
-            f"montecarlo.run: sampler must be callable (mech, key, index) -> Sample, got {sampler!r}"
-        )
+    check_sampler(mech, sampler)
     if int(n) < 1 or int(chunk) < 1:
         raise ValueError(f"montecarlo.run: n and chunk must be positive, got n={n}, chunk={chunk}")
     n, chunk, seed = int(n), min(int(chunk), int(n)), int(seed)
@@ -519,9 +540,14 @@ def _columns(group):
         yield from zip(labels[name], values.T)
 
 
+def _number(x):
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
 def statistics(out, quantiles: Sequence[float] = (0.05, 0.5, 0.95)) -> dict:
     """Counts by result code and, over the successful runs of the chunks done, the mean, standard
-    deviation and ``quantiles`` of every summary column. Returns a JSON-ready dict."""
+    deviation and ``quantiles`` of every summary column (``None`` where undefined, e.g. without
+    successful runs). Returns a dict that is strict JSON (no NaN)."""
     import zarr
 
     group = zarr.open_group(os.fspath(out), mode="r")
@@ -533,13 +559,10 @@ def statistics(out, quantiles: Sequence[float] = (0.05, 0.5, 0.95)) -> dict:
     columns = {}
     for label, values in _columns(group):
         v = values[ok]
-        columns[label] = {
-            "mean": float(np.mean(v)) if v.size else math.nan,
-            "std": float(np.std(v, ddof=1)) if v.size > 1 else math.nan,
-            **{
-                f"q{100 * q:g}": float(np.quantile(v, q)) if v.size else math.nan for q in quantiles
-            },
-        }
+        row = {"mean": np.mean(v) if v.size else None}
+        row["std"] = np.std(v, ddof=1) if v.size > 1 else None
+        row |= {f"q{100 * q:g}": np.quantile(v, q) if v.size else None for q in quantiles}
+        columns[label] = {k: _number(x) for k, x in row.items()}
     return {"runs": n, "done": int(done.sum()), "codes": counts, "columns": columns}
 
 
