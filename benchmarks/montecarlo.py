@@ -67,10 +67,10 @@ def study(mech, sampler, options, n, chunk, folder):
 
 
 def simulate_loop(mech, sampler, options, indices, store):
-    """Single `simulate` calls, one per sample: compile on the first, time the others."""
-    times, diffs = [], []
-    first = None
-    for index in indices:
+    """Single `simulate` calls, one per sample (sampling and assembly not timed): the first
+    call compiles and is timed apart, then every sample is timed warm."""
+
+    def one(index):
         sampled, q0 = sample_state(mech, sampler, options, index)
         start = time.perf_counter()
         sim = simulation.simulate(
@@ -83,24 +83,14 @@ def simulate_loop(mech, sampler, options, indices, store):
             atol=TOL,
         )
         jax.block_until_ready(sim.q)
-        took = time.perf_counter() - start
-        if first is None:
-            first = took
-            sampled, q0 = sample_state(mech, sampler, options, index)  # now timed warm
-            start = time.perf_counter()
-            sim = simulation.simulate(
-                sampled,
-                q0,
-                jnp.zeros_like(q0),
-                T1,
-                saveat=jnp.linspace(0.0, T1, SAVES),
-                rtol=TOL,
-                atol=TOL,
-            )
-            jax.block_until_ready(sim.q)
-            took = time.perf_counter() - start
+        return time.perf_counter() - start, np.asarray(sim.q)
+
+    first = one(indices[0])[0]
+    times, diffs = [], []
+    for index in indices:
+        took, q = one(index)
         times.append(took)
-        diffs.append(_differences(np.asarray(sim.q), store["trajectory/q"][index]))
+        diffs.append(_differences(q, store["trajectory/q"][index]))
     return first, times, diffs
 
 
