@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import (
+    cli_balance,
     cli_fit,
     cli_inverse,
     cli_montecarlo,
@@ -142,6 +143,7 @@ def main(argv=None):
     cli_inverse.add_parser(sub)
     cli_montecarlo.add_parser(sub)
     cli_fit.add_parser(sub)
+    cli_balance.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "inverse":
         cli_inverse.run(args)
@@ -149,6 +151,8 @@ def main(argv=None):
         cli_montecarlo.run(args)
     elif args.command == "fit":
         cli_fit.run(args)
+    elif args.command == "balance":
+        cli_balance.run(args)
     elif args.command == "demo":
         demo(args.out)
     elif args.command == "simulate":
