@@ -356,16 +356,20 @@ def _study(mech, sampler, n, chunk, options, seed) -> dict:
     }
 
 
-def _labels(mech, name, shape):
+def _axis(mech, name, shape):
+    """The dimension name of a summary's second axis (xarray needs one size per name) and the
+    labels of its columns."""
     if shape == ():
-        return [name]
+        return None, [name]
     if shape == (mech.num_bodies,):
-        return [f"{name}[{c}]" for c in mech.coordinate_names]
-    if name == "actuator_rms" or name == "actuator_peak":
-        return [f"{name}[{a}]" for a in mech.actuator_names]
-    if name == "reaction_peak":
-        return [f"{name}[{j}]" for j in mech.joint_names]
-    return [f"{name}[{k}]" for k in range(int(np.prod(shape)))]
+        dim, names = "coordinate", mech.coordinate_names
+    elif name in ("actuator_rms", "actuator_peak"):
+        dim, names = "actuator", mech.actuator_names
+    elif name == "reaction_peak":
+        dim, names = "joint", mech.joint_names
+    else:
+        dim, names = f"{name}_component", range(int(np.prod(shape)))
+    return dim, [f"{name}[{c}]" for c in names]
 
 
 def _create(path, mech, sampler, n, chunk, options, seed, study, ts):
@@ -391,19 +395,26 @@ def _create(path, mech, sampler, n, chunk, options, seed, study, ts):
     array("code", probe.code, -1, ())
     array("params", probe.params, np.nan, ("parameter",))
     for name, spec in probe.summary.items():
-        array(f"summary/{name}", spec, np.nan, ("component",))
+        array(f"summary/{name}", spec, np.nan, (_axis(mech, name, spec.shape)[0],))
     for name, spec in probe.trajectory.items():
         array(f"trajectory/{name}", spec, np.nan, ("time", "coordinate"))
     if ts is not None and probe.trajectory:
         group.create_array("trajectory/ts", data=np.asarray(ts), dimension_names=("time",))
     chunks = -(-n // chunk)
-    group.create_array("done", shape=(chunks,), chunks=(1,), dtype=np.int8, fill_value=0)
+    group.create_array(
+        "done",
+        shape=(chunks,),
+        chunks=(1,),
+        dtype=np.int8,
+        fill_value=0,
+        dimension_names=("chunk",),
+    )
     labels = getattr(sampler, "labels", [f"p{k}" for k in range(probe.params.shape[0])])
     group.attrs.update(
         {
             "loopdyn_montecarlo": study,
             "params_labels": list(labels),
-            "summary_labels": {k: _labels(mech, k, v.shape) for k, v in probe.summary.items()},
+            "summary_labels": {k: _axis(mech, k, v.shape)[1] for k, v in probe.summary.items()},
             "codes": {str(k): v for k, v in CODES.items()},
         }
     )
