@@ -1,6 +1,7 @@
 """loopdyn: differentiable dynamics of multi-closed-loop mechanisms in JAX."""
 
 from . import (
+    design,
     energy,
     fit,
     forces,
@@ -31,6 +32,7 @@ __all__ = [
     "MechanismBuilder",
     "Simulation",
     "batch",
+    "design",
     "energy",
     "fit",
     "forces",
