@@ -18,13 +18,10 @@ import math
 import pathlib
 import time
 
-import equinox as eqx
 import numpy as np
 
 from . import design, inverse
 from .cli_inverse import write_atomic, write_json
-
-_series = eqx.filter_jit(design.series)
 
 
 def _pair(text, what):
@@ -78,7 +75,7 @@ def add_parser(subparsers):
         help="bound on the relative increase of the RMS driving torque (e.g. 0.1; negative: a "
         "required reduction)",
     )
-    cmd.add_argument("--about", default="0,0,0", help="X,Y,Z of the moment's point [m]")
+    cmd.add_argument("--about", help="X,Y,Z of the moment's point [m] (default the origin)")
     cmd.add_argument("--method", choices=inverse.METHODS, default="subsystem")
     cmd.add_argument(
         "--trade-off",
@@ -94,8 +91,8 @@ def add_parser(subparsers):
 def record(mech, motion, slots, result, curve=None, about=None, method="subsystem") -> dict:
     """A JSON-ready record: the counterweights, RMS values before and after and their ratios,
     the time series before and after, and the trade-off points if given."""
-    before = [np.asarray(x) for x in _series(mech, motion, about, method)]
-    after = [np.asarray(x) for x in _series(result.mechanism, motion, about, method)]
+    before = [np.asarray(x) for x in design.series(mech, motion, about, method)]
+    after = [np.asarray(x) for x in design.series(result.mechanism, motion, about, method)]
     cw = result.counterweights
     names = ("force", "moment", "torque")
     out = {
@@ -195,7 +192,7 @@ def run(args):
     box = (_pair(args.position_bounds, "--position-bounds"),) * (2 if mech.planar else 3)
     slots = [design.Slot(name, mass, box, args.radius) for name in links]
     weights = design.Weights(*_numbers(args.weights, 3, "--weights"))
-    about = _numbers(args.about, 3, "--about")
+    about = None if args.about is None else np.array(_numbers(args.about, 3, "--about"))
     options = {"about": about, "method": args.method}
     start = time.perf_counter()
 

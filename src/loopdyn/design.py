@@ -179,9 +179,11 @@ def crank_cycle(mech: Mechanism, speed: float, positions: int) -> prescribed.Mot
     return prescribed.prescribed_motion(mech, lambda t: jnp.atleast_1d(start + speed * t), t)
 
 
+@eqx.filter_jit
 def series(mech: Mechanism, motion: prescribed.Motion, about=None, method: str = "subsystem"):
     """Dynamic shaking force ``(T, 2|3)``, shaking moment ``(T,)|(T, 3)`` (about the world
-    origin, or the world point ``about``) and driving forces ``(T, a)`` along ``motion``."""
+    origin, or the world point ``about``) and driving forces ``(T, a)`` along ``motion``. One
+    compiled program per topology, motion length and ``about``/``method``."""
     result = jax.vmap(lambda q, qd, qdd: inverse.solve(mech, q, qd, qdd, method))(
         motion.q, motion.qd, motion.qdd
     )
@@ -298,7 +300,6 @@ def _jacobian(x, problem, slots):
     return jax.jacfwd(lambda x: _residuals(x, problem, slots)[0])(x)
 
 
-_terms = eqx.filter_jit(terms)
 _evaluate = eqx.filter_jit(_residuals)
 
 
@@ -341,10 +342,11 @@ def balance(
     inverse.solve_plan(mech, method)  # checks the method; warns once where it should
     if max_torque_increase is not None and not max_torque_increase > -1:
         raise ValueError(f"balance: max_torque_increase must be > -1, got {max_torque_increase}")
-    about = jnp.zeros(3) if about is None else jnp.asarray(about, mech.q0.dtype)
-    if about.shape != (3,):
-        raise ValueError(f"balance: about must be a world point of shape (3,), got {about.shape}")
-    unbalanced = _terms(mech, motion, about, method)
+    if about is not None:
+        about = jnp.asarray(about, mech.q0.dtype)
+        if about.shape != (3,):
+            raise ValueError(f"balance: about must be a world point (3,), got {about.shape}")
+    unbalanced = terms(mech, motion, about, method)
     limit = (
         jnp.inf if max_torque_increase is None else (1 + max_torque_increase) * unbalanced.torque
     )
@@ -399,7 +401,7 @@ def balance(
         before = excess
     found = counterweights(x, mech, slots)
     balanced = add_counterweights(mech, found)
-    after = _terms(balanced, motion, about, method)
+    after = terms(balanced, motion, about, method)
     ratios = jnp.stack(after) / problem.scale
     return Balanced(
         found,
