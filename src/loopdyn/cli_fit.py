@@ -82,6 +82,11 @@ def _load(path, keys, optional=()):
     return {k: data[k] for k in (*keys, *optional) if k in data}
 
 
+def _finite(x):
+    """A JSON-ready list with ``None`` for the infinite entries (unidentifiable parameters)."""
+    return np.where(np.isfinite(x), x, None).tolist()
+
+
 def fit_trajectory_data(mech, data, chosen, confidence, max_steps, tol, show=print):
     """Fit ``chosen`` (from `selection`) to a trajectory record; returns the `fit.TrajectoryFit`
     and a JSON-ready record."""
@@ -114,11 +119,11 @@ def fit_trajectory_data(mech, data, chosen, confidence, max_steps, tol, show=pri
         "route": "trajectory",
         "labels": list(result.value_labels),
         "estimate": result.values.tolist(),
-        "interval": result.interval.tolist(),
+        "interval": _finite(result.interval),
         "confidence": confidence,
         "unconstrained_labels": list(stats.labels),
         "unconstrained_estimate": stats.estimate.tolist(),
-        "unconstrained_std_error": stats.std_error.tolist(),
+        "unconstrained_std_error": _finite(stats.std_error),
         "identifiable": stats.identifiable.tolist(),
         "unidentifiable": list(stats.unidentifiable),
         "rank": stats.rank,
@@ -146,9 +151,9 @@ def identify_torque_data(mech, data, chosen, confidence):
         "route": "torque",
         "labels": list(ident.labels),
         "estimate": ident.estimate.tolist(),
-        "interval": np.where(np.isfinite(ident.interval), ident.interval, None).tolist(),
+        "interval": _finite(ident.interval),
         "confidence": confidence,
-        "std_error": np.where(np.isfinite(ident.std_error), ident.std_error, None).tolist(),
+        "std_error": _finite(ident.std_error),
         "identifiable": ident.identifiable.tolist(),
         "unidentifiable": list(ident.unidentifiable),
         "rank": ident.rank,

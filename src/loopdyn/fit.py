@@ -23,7 +23,12 @@ of one `loopdyn.simulate` run: Levenberg-Marquardt (Nocedal and Wright, Numerica
 diffrax solve (``diffrax.ForwardMode``, one tangent per free parameter). At the optimum the
 same Jacobian gives the Gauss-Newton covariance ``s^2 (J^T J)^-1`` (``s^2`` the residual
 variance), its rank and null space (what the data cannot determine) and confidence intervals,
-by the same column-scaled SVD as the linear route.
+by the same column-scaled SVD as the linear route. Whether a record determines the parameters
+shows in those singular values: the 3-RRR's seven masses from 0.4 s of driven motion span
+0.03..2.3 (column-scaled) and the fit converges in a few iterations
+(experiments/rrr_mass_fit.py), while a four-bar's three masses from 1 s leave 1.7, 0.07, 0.002
+(one degree of freedom: the masses act through the scalar generalized inertia and gravity
+torque along the crank angle) and the iterations crawl.
 """
 
 from __future__ import annotations
