@@ -51,16 +51,21 @@ def test_counterweights_give_the_exact_full_force_balance():
 
 
 def test_added_counterweight_is_the_composite_body():
-    cw = design.Counterweights(jnp.array([0.7]), jnp.array([[-0.05, 0.01, 0.0]]),
-                               jnp.array([0.03]), (2,))  # fmt: skip
+    """Parallel-axis theorem, full 3x3 (the counterweight off the plane too), thin disc."""
+    r, mc, rho = np.array([-0.05, 0.01, 0.02]), 0.7, 0.03
+    cw = design.Counterweights(jnp.array([mc]), jnp.array([r]), jnp.array([rho]), (2,))
     new = design.add_counterweights(MECH, cw)
-    m, mc, c, r = float(MECH.mass[2]), 0.7, np.asarray(MECH.com[2]), np.array([-0.05, 0.01, 0])
+    m, c = float(MECH.mass[2]), np.asarray(MECH.com[2])
     com = (m * c + mc * r) / (m + mc)
-    izz = float(MECH.inertia[2, 2, 2]) + m * np.sum((c - com) ** 2)
-    izz += mc * np.sum((r - com) ** 2) + mc * 0.03**2 / 2
+
+    def shift(mass, d):
+        return mass * (d @ d * np.eye(3) - np.outer(d, d))
+
+    inertia = np.asarray(MECH.inertia[2]) + shift(m, c - com) + shift(mc, r - com)
+    inertia += mc * rho**2 * np.diag([0.25, 0.25, 0.5])
     np.testing.assert_allclose(float(new.mass[2]), m + mc, rtol=1e-15)
     np.testing.assert_allclose(np.asarray(new.com[2]), com, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(float(new.inertia[2, 2, 2]), izz, rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(new.inertia[2]), inertia, rtol=0, atol=1e-15)
     np.testing.assert_array_equal(np.asarray(new.mass[:2]), np.asarray(MECH.mass[:2]))
 
 

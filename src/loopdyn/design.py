@@ -19,9 +19,12 @@ a sum of squares of the residuals ``sqrt(w_F / T) F_t / F_0, ...``. The outputs 
 inertial parameters, so one forward-mode derivative of the inverse dynamics along the motion
 (`linearise`) gives them for any counterweights exactly. The residuals are minimised under the
 bounds ``lo <= x <= hi`` on every counterweight mass and position coordinate (`Slot`) by SciPy's
-trust-region reflective least squares with the exact Jacobian (Branch, Coleman and Li, SIAM J.
-Sci. Comput. 21 (1999) 1-23): counterweights often end at a bound (the heaviest allowed mass),
-where a smooth reparameterisation such as a sigmoid only crawls towards it.
+trust-region reflective least squares with the exact Jacobian (Branch, Coleman and Li, A
+subspace, interior, and conjugate gradient method for large-scale bound-constrained
+minimization problems, SIAM J. Sci. Comput. 21 (1999) 1-23): counterweights often end at a bound
+(the heaviest allowed mass), where a smooth reparameterisation such as a sigmoid only crawls
+towards it. A counterweight at zero mass has no say in its position, so a zero lower mass bound
+can leave one stuck there: a small positive one avoids that.
 A bound ``rms tau <= (1 + delta) tau_0`` on the increase of the driving torque is kept by an
 augmented Lagrangian: with ``g = rms tau / ((1 + delta) tau_0) - 1``, (1) gains the residual
 ``sqrt(rho) max(0, g + lambda / (2 rho))`` and after each solve ``lambda <- max(0, lambda + 2 rho
@@ -39,9 +42,10 @@ leaves it constant exactly when
 
     mu_1 = m_2 a (z_2 / b - 1),        mu_3 = -m_2 z_2 c / b                                 (2)
 
-(Berkof and Lowen, J. Eng. Ind. 91 (1969) 53-60): counterweights on crank and rocker alone
-balance the force for any coupler mass and centre of mass; the coupler's inertia plays no part
-(it enters the moment only). The tests check the optimum against (2).
+(Berkof and Lowen, A new method for completely force balancing simple linkages, ASME J. Eng.
+Ind. 91 (1969) 21-26): counterweights on crank and rocker alone balance the force for any
+coupler mass and centre of mass; the coupler's inertia plays no part (it enters the moment
+only). The tests check the optimum against (2).
 """
 
 from __future__ import annotations
@@ -329,8 +333,9 @@ def balance(
     progress: Callable[[int, float], None] | None = None,
 ) -> Balanced:
     """Counterweights in ``slots`` minimising the objective (1) over ``motion`` (e.g.
-    `crank_cycle`) with ``weights`` (default: the force alone), with the RMS driving force at most ``(1 + max_torque_increase)`` times its
-    unbalanced value if given (augmented Lagrangian, module docstring; negative: a required
+    `crank_cycle`) with ``weights`` (default: the force alone); if ``max_torque_increase`` is
+    given, with the RMS driving force at most ``1 + max_torque_increase`` times its unbalanced
+    value (to 1e-10 relative; augmented Lagrangian, module docstring; negative: a required
     reduction). Moment about the world origin or the world point ``about``. Starts from
     ``initial`` (default: the middle of the bounds). ``tol``: the relative tolerances of the
     trust-region solver (change of the objective, of the values, of the projected gradient);
@@ -399,6 +404,7 @@ def balance(
             penalty=jnp.asarray(rho * (10 if excess > 0.25 * before else 1), w.dtype),
         )
         before = excess
+    converged = converged and excess <= 1e-10
     found = counterweights(x, mech, slots)
     balanced = add_counterweights(mech, found)
     after = terms(balanced, motion, about, method)
