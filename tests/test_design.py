@@ -130,5 +130,10 @@ def test_bad_slots_and_weights_are_refused():
         design.balance(MECH, MOTION, [design.Slot("crank", (0, 1), BOX[:1])])
     with pytest.raises(ValueError, match="not all 0"):
         design.balance(MECH, MOTION, SLOTS, design.Weights(0.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match=r"q of shape \(T, 3\)\), got tuple"):
+        design.balance(MECH, (MOTION.q,), SLOTS)
+    cw = design.Counterweights(jnp.ones(2), jnp.zeros((2, 2)), jnp.zeros(2), (0, 2))
+    with pytest.raises(ValueError, match=r"weights.position must have shape \(2, 3\)"):
+        design.add_counterweights(MECH, cw)
     with pytest.raises(ValueError, match="speed must be finite and non-zero"):
         design.crank_cycle(MECH, 0.0, 10)

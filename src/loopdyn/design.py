@@ -162,6 +162,13 @@ def _added(mech, bodies, added):
 def add_counterweights(mech: Mechanism, weights: Counterweights) -> Mechanism:
     """``mech`` with the counterweights attached (pseudo-inertias add; module docstring).
     Differentiable in the counterweights and in ``mech``; several on one body add up."""
+    k = len(weights.bodies)
+    for name, shape in (("mass", (k,)), ("position", (k, 3)), ("radius", (k,))):
+        if getattr(weights, name).shape != shape:
+            raise ValueError(
+                f"add_counterweights: weights.{name} must have shape {shape} (one per body in "
+                f"weights.bodies), got {getattr(weights, name).shape}"
+            )
     return _added(mech, weights.bodies, pseudo_inertias(weights))
 
 
@@ -183,11 +190,21 @@ def crank_cycle(mech: Mechanism, speed: float, positions: int) -> prescribed.Mot
     return prescribed.prescribed_motion(mech, lambda t: jnp.atleast_1d(start + speed * t), t)
 
 
+def _check_motion(mech, motion):
+    if not isinstance(motion, prescribed.Motion) or motion.q.shape[1:] != (mech.num_bodies,):
+        shape = getattr(getattr(motion, "q", None), "shape", None)
+        raise ValueError(
+            f"motion must be a prescribed.Motion of this mechanism (q of shape (T, "
+            f"{mech.num_bodies})), got {type(motion).__name__} with q of shape {shape}"
+        )
+
+
 @eqx.filter_jit
 def series(mech: Mechanism, motion: prescribed.Motion, about=None, method: str = "subsystem"):
     """Dynamic shaking force ``(T, 2|3)``, shaking moment ``(T,)|(T, 3)`` (about the world
     origin, or the world point ``about``) and driving forces ``(T, a)`` along ``motion``. One
     compiled program per topology, motion length and ``about``/``method``."""
+    _check_motion(mech, motion)
     result = jax.vmap(lambda q, qd, qdd: inverse.solve(mech, q, qd, qdd, method))(
         motion.q, motion.qd, motion.qdd
     )
@@ -341,6 +358,7 @@ def balance(
     trust-region solver (change of the objective, of the values, of the projected gradient);
     ``progress(iteration, objective)`` is called after each of its iterations."""
     slots = check_slots(mech, slots)
+    _check_motion(mech, motion)
     w = jnp.asarray(tuple(Weights() if weights is None else weights), mech.q0.dtype)
     if w.shape != (3,) or bool(jnp.any(w < 0)) or not bool(jnp.any(w > 0)):
         raise ValueError(f"balance: weights must be three non-negative numbers, not all 0: {w}")
