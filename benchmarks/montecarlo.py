@@ -1,6 +1,7 @@
 """Monte Carlo at scale (issue 8): 10,000 five-second 3-RRR simulations (Tsit5, rtol = atol =
 1e-6, Baumgarte, SSLM) with 5 % mass and 1 mm placement tolerances, free motion from rest under
-gravity, by `loopdyn.montecarlo.run` over all host devices into a zarr store; beside it, on a
+gravity, by `loopdyn.montecarlo.run` in one process per core (`jax.distributed` on localhost,
+one XLA device each) into one zarr store; beside it, on a
 subset of the same samples, a loop over single `loopdyn.simulate` calls and Pinocchio's exact
 constrained dynamics (`constraintDynamics`, one 3-D point constraint per cut joint, proximal
 accuracy 1e-12) in a Python loop with fixed-step RK4 taking as many dynamics evaluations as
@@ -13,12 +14,9 @@ subset runs, results under a ``_quick`` name.
 """
 
 import os
+import socket
+import subprocess
 import sys
-
-DEVICES = os.cpu_count()
-os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
-).strip()  # before JAX starts: one XLA host device per core
 
 import jax
 
@@ -53,17 +51,65 @@ def sample_state(mech, sampler, options, index):
     return sample.mech, q0
 
 
-def study(mech, sampler, options, n, chunk, folder):
-    """Compile and run one chunk, then the whole study into a fresh store: timings, statistics."""
+def worker(args, mech, sampler, options):
+    """One of the study's processes: compile on one chunk each (a warm-up store), then run the
+    study; process 0 prints the timings as a JSON line."""
+    jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.worker)
+    folder, chunks = Path(args.folder), args.processes * args.chunk
     start = time.perf_counter()
     montecarlo.run(
-        mech, sampler, chunk, folder / "warmup.zarr", options=options, chunk=chunk, progress=False
+        mech,
+        sampler,
+        chunks,
+        folder / "warmup.zarr",
+        options=options,
+        chunk=args.chunk,
+        progress=False,
     )
     first = time.perf_counter() - start
     start = time.perf_counter()
-    stats = montecarlo.run(mech, sampler, n, folder / "study.zarr", options=options, chunk=chunk)
+    stats = montecarlo.run(
+        mech,
+        sampler,
+        args.n,
+        folder / "study.zarr",
+        options=options,
+        chunk=args.chunk,
+        progress=args.worker == 0,
+    )
     elapsed = time.perf_counter() - start
-    return first, elapsed, stats
+    if args.worker == 0:
+        print(json.dumps({"first": first, "elapsed": elapsed, "stats": stats}), flush=True)
+
+
+def study(args, folder):
+    """Run the study in one worker process per core; returns process 0's timings."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    common = [
+        sys.executable,
+        __file__,
+        "--n",
+        str(args.n),
+        "--chunk",
+        str(args.chunk),
+        "--folder",
+        str(folder),
+        "--port",
+        str(port),
+        "--processes",
+        str(args.processes),
+    ]
+    workers = [
+        subprocess.Popen([*common, "--worker", str(k)], stdout=subprocess.PIPE, text=True)
+        for k in range(args.processes)
+    ]
+    outputs = [w.communicate()[0] for w in workers]
+    if any(w.returncode for w in workers):
+        raise RuntimeError(f"a worker failed: {[w.returncode for w in workers]}")
+    result = json.loads(outputs[0].strip().splitlines()[-1])
+    return result["first"], result["elapsed"], result["stats"]
 
 
 def simulate_loop(mech, sampler, options, indices, store):
@@ -148,8 +194,8 @@ def report(info, r):
         "",
         f"- Date: {info['date']}",
         f"- CPU: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM; {info['os']}",
-        f"- Python {info['python']}, jax {info['jax']} ({info['jax_backend']}, {r['devices']} "
-        f"host devices), pinocchio {info['pinocchio']}, zarr {zarr.__version__}",
+        f"- Python {info['python']}, jax {info['jax']} ({info['jax_backend']}), pinocchio "
+        f"{info['pinocchio']}, zarr {zarr.__version__}",
         f"- Load average at start: {load(info['load_average_start'])}; at end: "
         f"{load(info['load_average_end'])}. The machine is shared with other jobs: **timings are "
         "noisy** when the load exceeds the core count; compare ratios within this run.",
@@ -157,7 +203,11 @@ def report(info, r):
         f"rtol = atol = {TOL:g}, Baumgarte (10, 10), SSLM, {SAVES} saves; masses x (1 + 0.05 u), "
         "every joint placement coordinate + 0.001 u m, u uniform on [-1, 1]; the actuated "
         f"angles held while re-assembling. Chunks of {r['chunk']} runs, each one `jit(vmap)` "
-        f"call sharded over {r['devices']} XLA host devices, written to a zarr store.",
+        f"call, shared out over {r['devices']} processes (`jax.distributed` on localhost, one "
+        "per core, one XLA device each), all writing into one zarr store. Not one process "
+        "with one forced XLA host device per core: on this 2-core machine that deadlocks at "
+        "this batch size (both XLA CPU pool threads wait inside jaxlib's batched LAPACK SVD "
+        "kernel, `jax::ParallelBatchMap`, for work queued on the same pool).",
         "",
         "## Targets (issue 8)",
         "",
@@ -171,7 +221,7 @@ def report(info, r):
         "",
         "| way | runs timed | per run ms | runs/s | whole study (10,000 runs) s |",
         "|---|---:|---:|---:|---:|",
-        f"| `montecarlo.run`, {r['devices']} devices | {n} | {1e3 * per_run:.2f} | "
+        f"| `montecarlo.run`, {r['devices']} processes | {n} | {1e3 * per_run:.2f} | "
         f"{n / r['study_s']:.1f} | {r['study_s'] * 10_000 / n:.1f} |",
         f"| loop of single `simulate` calls | {len(r['simulate_loop_s'])} | {1e3 * sim_run:.2f} | "
         f"{1 / sim_run:.1f} | {sim_run * 10_000:.0f} (extrapolated) |",
@@ -213,8 +263,8 @@ def report(info, r):
         "",
         "## Analysis",
         "",
-        f"- Per run, the sharded batch costs {1e3 * per_run:.1f} ms of wall time on "
-        f"{r['devices']} devices, i.e. {1e3 * per_run * r['devices']:.1f} ms of one core: "
+        f"- Per run, the study costs {1e3 * per_run:.1f} ms of wall time on "
+        f"{r['devices']} processes, i.e. {1e3 * per_run * r['devices']:.1f} ms of one core: "
         f"{sim_run / per_run:.1f}x the throughput of single `simulate` calls and "
         f"{pin_run / per_run:.1f}x that of the Pinocchio loop on one core.",
         "- What bounds it: each run takes ~6 forward-dynamics evaluations per Tsit5 step over "
@@ -233,18 +283,24 @@ def main():
     parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--subset", type=int, default=10, help="runs of each loop")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--processes", type=int, default=os.cpu_count(), help="one per core")
+    for name in ("--worker", "--port"):  # internal: a worker process of the study
+        parser.add_argument(name, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.n, args.chunk, args.subset = 200, 100, 2
-    info = machine()
-    info["load_average_start"] = info.pop("load_average")
     mech = mechanisms.three_rrr()
     sampler = montecarlo.tolerances(mech, MASS_TOL, LENGTH_TOL)
     options = montecarlo.Options(t1=T1, saves=SAVES, rtol=TOL, atol=TOL, trajectories=True)
     options = options.checked(mech)
+    if args.worker is not None:
+        return worker(args, mech, sampler, options)
+    info = machine()
+    info["load_average_start"] = info.pop("load_average")
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
-        first, elapsed, stats = study(mech, sampler, options, args.n, args.chunk, folder)
+        first, elapsed, stats = study(args, folder)
         print(f"study: {args.n} runs in {elapsed:.1f} s; first chunk {first:.1f} s", flush=True)
         store = zarr.open_group(str(folder / "study.zarr"), mode="r")
         indices = list(range(args.subset))
@@ -258,7 +314,7 @@ def main():
     results = {
         "n": args.n,
         "chunk": args.chunk,
-        "devices": len(jax.devices()),
+        "devices": args.processes,
         "first_chunk_s": first,
         "study_s": elapsed,
         "stats": stats,
