@@ -62,7 +62,9 @@ def add_parser(subparsers):
     cmd.add_argument(
         "--host-devices",
         type=int,
-        help="split the CPU into this many XLA devices (e.g. the number of cores)",
+        help="split the CPU into this many XLA devices; keep it below the number of cores (with "
+        "one per core XLA's CPU pool can deadlock in batched linear algebra): for every core, "
+        "run one process per core with --coordinator instead",
     )
     cmd.add_argument("--coordinator", help="jax.distributed coordinator host:port (multi-host)")
     cmd.add_argument("--num-processes", type=int, default=1)
