@@ -1,10 +1,20 @@
-"""Tree dynamics against Pinocchio: forward (ABA) and inverse (RNEA) dynamics of random serial
-chains, per call through Python and batched (jit of vmap over B states), float64.
+"""Tree dynamics against Pinocchio's batched path: forward (ABA) and inverse (RNEA) dynamics of
+random serial chains (spatial, and one planar chain), float64, B states at once.
 
-    .venv/bin/python benchmarks/tree_dynamics.py [--quick] [--out PATH]
+Per core: loopdyn's natively batched call on one XLA device against `pin.abaInParallel` /
+`pin.rneaInParallel` over a `pin.ModelPool` with 1 thread. Per machine: `loopdyn.batch` over one
+host device per core against the same with all threads. Per-call `aba`/`rnea` (through Python) is
+a third column. Times are medians of wall time; compile time is reported apart.
+
+    .venv/bin/python benchmarks/tree_dynamics.py [--quick] [--sizes 4 16] [--out PATH]
 
 Writes a Markdown table (and the raw numbers as JSON beside it) describing the machine.
 """
+
+import os
+
+CORES = os.cpu_count()
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={CORES}")
 
 import jax
 
@@ -13,7 +23,6 @@ jax.config.update("jax_enable_x64", True)
 import argparse
 import datetime
 import json
-import os
 import platform
 import statistics
 import sys
@@ -21,20 +30,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pinocchio as pin
 
-try:
-    import pinocchio as pin
-except ImportError:  # e.g. the GPU host: our timings only, errors against our single calls
-    pin = None
-
+import loopdyn
 from loopdyn import tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from random_trees import random_tree
+from random_trees import random_planar_tree, random_tree
+from test_forward import pinocchio_problem
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
-QUICK_SIZES = (1, 4, 16, 64)
+QUICK_SIZES = (4, 16, 64)
+PLANAR_SIZE = 16
 
 
 def median_time(call, number, repeats):
@@ -55,40 +63,56 @@ def first_call(fn, *args):
     return time.perf_counter() - start, out
 
 
-def bench_size(n, batch, repeats, seed):
-    """Timings (seconds) for one serial chain of ``n`` bodies."""
-    mech, model = random_tree(n, seed, serial=True)
-    data = model.createData() if pin else None
-    rng = np.random.default_rng(seed + 1)
-    states = [rng.normal(size=(batch, n)) for _ in range(3)]  # q, qd and tau or qdd
-    q, qd, u = (jax.device_put(x) for x in states)  # on the device: no transfers in the timings
-    result = {"n": n}
+def chain(n, planar):
+    """``(mechanism, Pinocchio model)`` of a random serial chain; the planar chain's Pinocchio
+    model is the spatial model of the same mechanism."""
+    if not planar:
+        return random_tree(n, n, serial=True)
+    mech = random_planar_tree(n, n, planar=True, serial=True)
+    return mech, pinocchio_problem(random_planar_tree(n, n, planar=False, serial=True))[1]
+
+
+def bench_case(n, planar, batch, repeats):
+    """Timings (seconds per state unless noted) for one chain of ``n`` bodies."""
+    mech, model = chain(n, planar)
+    rng = np.random.default_rng(n)
+    states = [rng.uniform(-2.0, 2.0, size=(batch, n)) for _ in range(3)]  # q, qd, tau or qdd
+    one_device = [jax.device_put(x, jax.devices()[0]) for x in states]
+    columns = [np.asfortranarray(x.T) for x in states]  # Pinocchio's (nq, B) layout
+    pools = {threads: pin.ModelPool(model, threads) for threads in {1, CORES}}
+    data = model.createData()
+    result = {"n": n, "planar": planar, "devices": len(jax.devices())}
     cases = {
-        "fd": (tree.forward_dynamics, pin and pin.aba),
-        "id": (tree.inverse_dynamics, pin and pin.rnea),
+        "fd": (tree.forward_dynamics, pin.abaInParallel, pin.aba),
+        "id": (tree.inverse_dynamics, pin.rneaInParallel, pin.rnea),
     }
-    for name, (ours, theirs) in cases.items():
-        single = jax.jit(ours)
-        batched = jax.jit(jax.vmap(ours, in_axes=(None, 0, 0, 0)))
-        one = (q[0], qd[0], u[0])
-        result[f"{name}_compile_single"], out = first_call(single, mech, *one)
-        result[f"{name}_compile_batched"], out_b = first_call(batched, mech, q, qd, u)
-        checked = batch if pin else 16
-        if pin:
-            ref = np.array([theirs(model, data, *(x[k] for x in states)) for k in range(checked)])
-        else:
-            ref = np.array([single(mech, q[k], qd[k], u[k]) for k in range(checked)])
-        err = max(np.max(np.abs(out - ref[0])), np.max(np.abs(out_b[:checked] - ref)))
-        result[f"{name}_max_error"] = float(err / max(1.0, np.max(np.abs(ref))))
-        result[f"{name}_single"] = median_time(
-            lambda: single(mech, *one).block_until_ready(), 200, repeats
+    for name, (ours, parallel, per_call) in cases.items():
+        per_core = jax.jit(ours)
+        per_machine = loopdyn.batch(ours, in_axes=(None, 0, 0, 0), vectorized=True)
+        result[f"{name}_compile"], out = first_call(per_core, mech, *one_device)
+        result[f"{name}_compile_machine"], out_all = first_call(per_machine, mech, *states)
+        reference = np.zeros((n, batch), order="F")
+        parallel(1, pools[1], *columns, reference)
+        scale = np.max(np.abs(reference))
+        result[f"{name}_error"] = float(np.max(np.abs(np.asarray(out) - reference.T)) / scale)
+        result[f"{name}_error_machine"] = float(
+            np.max(np.abs(np.asarray(out_all) - reference.T)) / scale
         )
-        result[f"{name}_batched"] = (
-            median_time(lambda: batched(mech, q, qd, u).block_until_ready(), 1, repeats) / batch
+        result[f"{name}_core"] = (
+            median_time(lambda: per_core(mech, *one_device).block_until_ready(), 1, repeats) / batch
         )
-        qk, vk, uk = (x[0] for x in states)
-        result[f"{name}_pinocchio"] = (
-            median_time(lambda: theirs(model, data, qk, vk, uk), 2000, repeats) if pin else None
+        result[f"{name}_machine"] = (
+            median_time(lambda: per_machine(mech, *states).block_until_ready(), 1, repeats) / batch
+        )
+        for threads in sorted(pools):
+            result[f"{name}_pin_{threads}"] = (
+                median_time(
+                    lambda: parallel(threads, pools[threads], *columns, reference), 1, repeats
+                )
+                / batch
+            )
+        result[f"{name}_pin_call"] = median_time(
+            lambda: per_call(model, data, states[0][0], states[1][0], states[2][0]), 2000, repeats
         )
     return result
 
@@ -117,7 +141,8 @@ def machine():
         "python": platform.python_version(),
         "jax": jax.__version__,
         "jax_backend": jax.default_backend(),
-        "pinocchio": pin.__version__ if pin else "not installed",
+        "pinocchio": pin.__version__,
+        "devices": len(jax.devices()),
         "load_average": os.getloadavg(),
     }
 
@@ -126,53 +151,53 @@ def us(seconds):
     return f"{seconds * 1e6:.2f}"
 
 
-def markdown(info, results, batch, repeats, before):
+def markdown(info, results, batch, repeats):
     load = ", ".join(f"{x:.2f}" for x in info["load_average"])
     lines = [
-        "# Tree dynamics: loopdyn vs Pinocchio",
+        "# Tree dynamics: loopdyn against Pinocchio's batched path",
         "",
-        "Random spatial serial chains (revolute and prismatic joints with random axes, placements",
-        "and inertias; `tests/random_trees.py`), float64. Generated by `benchmarks/tree_dynamics.py`.",
+        "Random serial chains (revolute and prismatic joints with random axes, placements and",
+        "inertias; `tests/random_trees.py`), spatial, and one planar chain (loopdyn's planar",
+        "model against Pinocchio's spatial model of the same chain), float64.",
+        "Generated by `benchmarks/tree_dynamics.py`.",
         "",
         f"- Date: {info['date']}",
         f"- CPU: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM",
         f"- OS: {info['os']}; load average at start: {load}",
-        f"- Python {info['python']}, jax {info['jax']} ({info['jax_backend']}), "
-        f"pinocchio {info['pinocchio']}",
-        f"- Medians over {repeats} repeats. *single*: one `jax.jit` call through Python incl. "
-        "dispatch (mechanism passed as an argument); *batched*: `jax.jit(jax.vmap(f))` over "
-        f"B = {batch} states, time per state; *pin*: `pin.aba` / `pin.rnea` per call through "
-        "Python. Ratios < 1 mean loopdyn is faster.",
-        "- *error*: max |loopdyn - Pinocchio| over the batch, relative to max(1, max |Pinocchio|).",
+        f"- Python {info['python']}, jax {info['jax']} ({info['jax_backend']}, "
+        f"{info['devices']} host devices), pinocchio {info['pinocchio']}",
+        f"- B = {batch} states; medians of wall time over {repeats} repeats, µs per state.",
+        "- *per core*: `jax.jit(tree.forward_dynamics)` on one XLA device (its native batch) vs "
+        "`pin.abaInParallel(1, ModelPool, ...)` (1 thread); ratio = pin / loopdyn, > 1 means "
+        "loopdyn is faster.",
+        f"- *per machine*: `loopdyn.batch(..., vectorized=True)` over {info['devices']} host "
+        f"devices vs `pin.abaInParallel({info['cores']}, ...)`.",
+        "- *per call*: `pin.aba` / `pin.rnea` once per state through Python.",
         "- *compile*: wall time of the first call (trace + XLA compile + one run).",
-        f"- *before*: batched µs/state of the earlier run in `{before['path']}` "
-        f"({before['machine']['date']}) and its ratio to this one."
-        if before
-        else "",
+        "- *error*: max |loopdyn - Pinocchio| over the batch / max |Pinocchio|.",
         "",
     ]
-    earlier = {r["n"]: r for r in before["results"]} if before else {}
     for name, title in (
-        ("fd", "Forward dynamics (`tree.forward_dynamics` vs `pin.aba`)"),
-        ("id", "Inverse dynamics (`tree.inverse_dynamics` vs `pin.rnea`)"),
+        ("fd", "Forward dynamics (`tree.forward_dynamics` vs `abaInParallel`)"),
+        ("id", "Inverse dynamics (`tree.inverse_dynamics` vs `rneaInParallel`)"),
     ):
         lines += [
             f"## {title}",
             "",
-            "| n | single µs | batched µs/state | pin µs | batched / pin | single / pin "
-            "| compile single s | compile batched s | error |"
-            + (" before µs/state | before / now |" if before else ""),
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if before else ""),
+            "| chain | n | loopdyn 1 core | pin 1 thread | ratio per core | loopdyn all cores "
+            "| pin all threads | ratio per machine | pin per call | compile s | compile all s "
+            "| error |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in results:
-            s, b, p = r[f"{name}_single"], r[f"{name}_batched"], r[f"{name}_pinocchio"]
-            peer = f"{us(p)} | {b / p:.2f} | {s / p:.1f}" if p else "- | - | -"
-            old = earlier.get(r["n"], {}).get(f"{name}_batched")
+            core, machine = r[f"{name}_core"], r[f"{name}_machine"]
+            one, every = r[f"{name}_pin_1"], r[f"{name}_pin_{info['cores']}"]
+            error = max(r[f"{name}_error"], r[f"{name}_error_machine"])
             lines.append(
-                f"| {r['n']} | {us(s)} | {us(b)} | {peer} "
-                f"| {r[f'{name}_compile_single']:.2f} | {r[f'{name}_compile_batched']:.2f} "
-                f"| {r[f'{name}_max_error']:.1e} |"
-                + ((f" {us(old)} | {old / b:.1f} |" if old else " - | - |") if before else "")
+                f"| {'planar' if r['planar'] else 'spatial'} | {r['n']} | {us(core)} | {us(one)} "
+                f"| {one / core:.2f} | {us(machine)} | {us(every)} | {every / machine:.2f} "
+                f"| {us(r[f'{name}_pin_call'])} | {r[f'{name}_compile']:.1f} "
+                f"| {r[f'{name}_compile_machine']:.1f} | {error:.1e} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -191,25 +216,25 @@ def main():
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/tree_dynamics.md")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--sizes", type=int, nargs="*", help="chain lengths (default: all)")
-    parser.add_argument("--baseline", type=Path, help="JSON of an earlier run to compare with")
     args = parser.parse_args()
-    before = None
-    if args.baseline:
-        before = json.loads(args.baseline.read_text()) | {"path": args.baseline.name}
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     repeats = 5 if args.quick else 15
     info, results = machine(), []
-    for n in sizes:
-        results.append(bench_size(n, args.batch, repeats, seed=n))
-        r = results[-1]
+    cases = [(n, False) for n in sizes] + [(PLANAR_SIZE, True)]
+    for n, planar in cases:
+        r = bench_case(n, planar, args.batch, repeats)
+        results.append(r)
         print(
-            f"n={n:3d}  fd: single {us(r['fd_single'])} batched {us(r['fd_batched'])} "
-            f"pin {us(r['fd_pinocchio'] or 0)} compile {r['fd_compile_batched']:.1f}s | "
-            f"id: single {us(r['id_single'])} batched {us(r['id_batched'])} "
-            f"pin {us(r['id_pinocchio'] or 0)} (µs)",
+            f"n={n:3d} {'planar ' if planar else 'spatial'} "
+            + " | ".join(
+                f"{k}: core {us(r[f'{k}_core'])} pin1 {us(r[f'{k}_pin_1'])} "
+                f"machine {us(r[f'{k}_machine'])} pin{CORES} {us(r[f'{k}_pin_{CORES}'])} "
+                f"compile {r[f'{k}_compile']:.1f}s err {r[f'{k}_error']:.0e}"
+                for k in ("fd", "id")
+            ),
             flush=True,
         )
-    write_atomic(args.out, markdown(info, results, args.batch, repeats, before))
+    write_atomic(args.out, markdown(info, results, args.batch, repeats))
     raw = {"machine": info, "batch": args.batch, "repeats": repeats, "results": results}
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1))
     print(f"wrote {args.out}")

@@ -32,6 +32,9 @@ for name, fn in cases.items():
     one = sharding.batch(fn, axes, devices=jax.devices()[:1])(mech, q, qd, tau)
     plain = jax.jit(jax.vmap(fn, in_axes=axes))(mech, q, qd, tau)
     two, one, plain = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(r)]) for r in (two, one, plain))
+    if name == "tree":  # natively batched: each device runs the function on its share
+        vec = sharding.batch(fn, axes, vectorized=True)(mech, q, qd, tau)
+        out["vectorized"] = float(np.max(np.abs(np.asarray(vec) - plain)))
     out[name] = [float(np.max(np.abs(two - one))), float(np.max(np.abs(two - plain))),
                  float(np.max(np.abs(plain)))]
 placed = sharding.batch(lambda q: 2.0 * q, 0)(q[:4])
@@ -65,6 +68,7 @@ def test_two_host_devices_equal_one(two_devices):
         assert scale > 1.0  # accelerations of order one or more: the comparison is not vacuous
         assert to_one <= 1e-12 * scale, name
         assert to_plain <= 1e-12 * scale, name
+    assert two_devices["vectorized"] <= 1e-12 * two_devices["tree"][2]
 
 
 def test_mismatched_batch_named():

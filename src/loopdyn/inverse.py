@@ -515,16 +515,8 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     wrenches from its parents' joints minus those to its children's equal its inertia wrench less
     gravity and springs. One dense solve (LU; least squares where the system is not square)."""
     dim, n = mech.dim, mech.num_bodies
-    rotation, position, s, t, dt = tree._world_motion(mech, q, qd, qdd)
-    gravity = tree.ground_acceleration(mech)
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
-    body_wrench = []
-    for k in range(n):
-        m = tree._world_inertia(mech, k, rotation[k], position[k])
-        w = tree._mv(m, dt[k] + gravity) + tree._cross_force(mech, t[k], tree._mv(m, t[k]))
-        if springs is not None:
-            w = w - tree._force_to_world(mech, rotation[k], position[k], springs[k])
-        body_wrench.append(w)
+    position, rotation, s, body_wrench = tree.body_wrenches(mech, q, qd, qdd, springs)
     internal = {k for j in mech.joint_names for k in _chain(mech, j)[:-1]}
     rigid = [k for k in range(n) if k not in internal]
     if mech.cut_joints:
@@ -533,9 +525,7 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
         row_cut = kinematics._rows(mech).cut
     # Columns of the unknowns, joint by joint: (basis, parent, child, point, actuated twist).
     columns = []
-    tree_points = jnp.stack(position) + jnp.einsum(
-        "nij,nj->ni", jnp.stack(rotation), mech.child_position
-    )
+    tree_points = position + jnp.einsum("nij,nj->ni", rotation, mech.child_position)
     for name in mech.joint_names:
         chain = _chain(mech, name)
         if chain:
@@ -569,7 +559,7 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     for (_, _, _, _, twist), xj, w, name in zip(columns, unknowns, wrenches, mech.joint_names):
         chain = _chain(mech, name)
         if twist is not None:
-            actuator[chain[0]] = tree._dot(twist, w)
+            actuator[chain[0]] = twist @ w
         if not chain:
             lam[[cut.name for cut in mech.cut_joints].index(name)] = xj
     spatial_wrenches = kinematics._spatial(mech, jnp.stack(wrenches))
@@ -579,7 +569,7 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     for (_, parent, child, _, _), w in zip(columns, spatial_wrenches):
         ground = ground + (w if parent < 0 else 0.0) - (w if child < 0 else 0.0)
     if springs is not None:
-        world = _to_world(mech, jnp.stack(rotation), jnp.stack(position), springs)
+        world = _to_world(mech, rotation, position, springs)
         ground = ground + jnp.sum(world, axis=0)
     if mech.planar:
         reactions, ground_force, ground_moment = reactions[:, _ROWS], ground[3:5], ground[2]

@@ -40,13 +40,16 @@ def batch(
     in_axes: int | None | Sequence[int | None] = 0,
     *,
     devices: Sequence[jax.Device] | None = None,
+    vectorized: bool = False,
 ) -> Callable:
     """``fn`` mapped over the leading axis of its batched arguments, sharded over ``devices``.
 
     ``in_axes`` is 0 (batched) or None (shared, e.g. the mechanism) per positional argument, or
-    one value for all. ``devices`` defaults to ``jax.devices()``. The batch is padded to a
-    multiple of the device count by repeating its last state, and the padding is dropped from
-    the result, so any batch size works. Outputs have the batch as their leading axis.
+    one value for all. ``devices`` defaults to ``jax.devices()``. Each device runs ``fn`` on its
+    share of the batch (``jax.shard_map``): ``jax.vmap(fn)``, or ``fn`` itself when
+    ``vectorized`` (it already takes a leading batch axis, like the `tree` functions). The batch
+    is padded to a multiple of the device count by repeating its last state, and the padding is
+    dropped from the result, so any batch size works. Outputs have the batch as leading axis.
 
     >>> fd = batch(loopdyn.forward_dynamics, in_axes=(None, 0, 0, 0))
     >>> qdd, lam = fd(mech, q, qd, tau)  # q, qd, tau of shape (B, n)
@@ -60,7 +63,18 @@ def batch(
 
     @eqx.filter_jit
     def mapped(axes, *args):
-        return jax.vmap(fn, in_axes=axes)(*args)
+        dynamic, static = eqx.partition(args, eqx.is_array)
+
+        def local(*dynamic):
+            args = eqx.combine(dynamic, static)
+            return fn(*args) if vectorized else jax.vmap(fn, in_axes=axes)(*args)
+
+        specs = tuple(
+            jax.tree.map(lambda _, axis=axis: PartitionSpec() if axis is None else split.spec, d)
+            for d, axis in zip(dynamic, axes)
+        )
+        run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=split.spec, check_vma=False)
+        return run(*dynamic)
 
     def call(*args):
         axes = (in_axes,) * len(args) if not isinstance(in_axes, Sequence) else tuple(in_axes)
