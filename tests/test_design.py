@@ -50,6 +50,29 @@ def test_counterweights_give_the_exact_full_force_balance():
     assert float(jnp.max(jnp.abs(before - before[0]))) > 1e-3
 
 
+def test_spatial_rssr_force_balance():
+    """Spatial path (three position coordinates, a disc): the RSSR's coupler is a uniform bar, so
+    for the force it is half its mass at each spherical end; the crank (about z through the
+    origin) and the rocker (about x through its pivot) are balanced when their first moments
+    with those halves have no component across their axes. Along the axes they are free."""
+    mech = mechanisms.rssr()
+    motion = design.crank_cycle(mech, 2 * np.pi, 16)
+    box = ((-0.2, 0.2),) * 3
+    slots = [design.Slot("crank6", (0.1, 5.0), box), design.Slot("rocker1", (0.1, 5.0), box, 0.01)]
+    result = design.balance(mech, motion, slots)
+    assert result.converged
+    assert float(result.terms.force) < 1e-6 * float(result.unbalanced.force)
+    m1, m3, m2 = (float(mech.mass[mech.body_index(b)]) for b in ("crank6", "rocker1", "coupler3"))
+    c1, c3 = (np.asarray(mech.com[mech.body_index(b)]) for b in ("crank6", "rocker1"))
+    cw = result.counterweights
+    moment = np.asarray(cw.mass)[:, None] * np.asarray(cw.position)
+    # Crank pin at 2 c1, rocker tip at 2 c3 (bars with the COM at mid-length).
+    np.testing.assert_allclose(moment[0, :2], -((m1 + m2) * c1)[:2], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(moment[1, 1:], -((m3 + m2) * c3)[1:], rtol=0, atol=1e-10)
+    after = jax.vmap(lambda q: total_com(result.mechanism, q))(motion.q)
+    assert float(jnp.max(jnp.abs(after - after[0]))) < 1e-12
+
+
 def test_added_counterweight_is_the_composite_body():
     """Parallel-axis theorem, full 3x3 (the counterweight off the plane too), thin disc."""
     r, mc, rho = np.array([-0.05, 0.01, 0.02]), 0.7, 0.03
