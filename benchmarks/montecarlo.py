@@ -54,7 +54,6 @@ def sample_state(mech, sampler, options, index):
 def worker(args, mech, sampler, options):
     """One of the study's processes: compile on one chunk each (a warm-up store), then run the
     study; process 0 prints the timings as a JSON line."""
-    jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.worker)
     folder, chunks = Path(args.folder), args.processes * args.chunk
     start = time.perf_counter()
     montecarlo.run(
@@ -290,6 +289,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.n, args.chunk, args.subset = 200, 100, 2
+    if args.worker is not None:  # before anything starts JAX's backends
+        jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.worker)
     mech = mechanisms.three_rrr()
     sampler = montecarlo.tolerances(mech, MASS_TOL, LENGTH_TOL)
     options = montecarlo.Options(t1=T1, saves=SAVES, rtol=TOL, atol=TOL, trajectories=True)
