@@ -97,7 +97,7 @@ for label, m in (("unbalanced", mech), ("balanced", force_only.mechanism)):
 # ## The price: shaking moment and driving torque
 # Force balance adds inertia, so the shaking moment grows; the driving torque here falls,
 # because the counterweights also balance the links' weight. Weighting force against moment
-# (and torque) traces the trade-off; every optimum of a weighted sum is a Pareto point.
+# (and torque) traces the trade-off; the optimum of a weighted sum is a (weakly) Pareto point.
 
 # %%
 print(
