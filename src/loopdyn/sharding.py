@@ -9,6 +9,13 @@ core, say), set the flag before JAX starts::
 or, first thing in a script, ``os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"``
 before ``import jax``. Results do not depend on the number of devices: each state's computation is
 the same program.
+
+Known hang (jax 0.10, CPU): with as many forced host devices as cores, programs that call
+jaxlib's batched LAPACK kernels on large batches (the SVDs behind ``lstsq``/``pinv`` in loop
+assembly and velocity projection, the dense KKT method) can deadlock: every thread of XLA's CPU
+pool waits inside the LAPACK kernel for work queued on that same pool. The tree functions use no
+LAPACK. For closed-loop studies on all cores, run one process per core (``jax.distributed``, as
+`montecarlo` does) or keep fewer host devices than cores.
 """
 
 from collections.abc import Callable, Sequence
@@ -45,16 +52,16 @@ def batch(
     """``fn`` mapped over the leading axis of its batched arguments, sharded over ``devices``.
 
     ``in_axes`` is 0 (batched) or None (shared, e.g. the mechanism) per positional argument, or
-    one value for all. ``devices`` defaults to ``jax.devices()``. Each device runs ``fn`` on its
-    share of the batch (``jax.shard_map``): ``jax.vmap(fn)``, or ``fn`` itself when
-    ``vectorized`` (it already takes a leading batch axis, like the `tree` functions). The batch
-    is padded to a multiple of the device count by repeating its last state, and the padding is
+    one value for all. ``devices`` defaults to ``jax.local_devices()`` (this process's). Each
+    device runs ``fn`` on its share of the batch (``jax.shard_map``): ``jax.vmap(fn)``, or ``fn``
+    itself when ``vectorized`` (it already takes a leading batch axis, like the `tree`
+    functions). The batch is padded to a multiple of the device count by repeating its last state, and the padding is
     dropped from the result, so any batch size works. Outputs have the batch as leading axis.
 
     >>> fd = batch(loopdyn.forward_dynamics, in_axes=(None, 0, 0, 0))
     >>> qdd, lam = fd(mech, q, qd, tau)  # q, qd, tau of shape (B, n)
     """
-    devices = tuple(jax.devices() if devices is None else devices)
+    devices = tuple(jax.local_devices() if devices is None else devices)
     if not devices:
         raise ValueError("batch: devices is empty")
     mesh = Mesh(np.array(devices), ("batch",))

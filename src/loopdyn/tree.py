@@ -17,12 +17,15 @@ Batches are native: ``q``, ``qd``, ``qdd``, ``tau`` have shape ``(n,)`` or ``(..
 external wrenches ``f_ext`` (body coordinates, at the body frame origin) ``(n, d)`` or
 ``(..., n, d)``, ``d = mech.dim``; outputs carry the same leading batch axes. Inside, every array
 is laid out ``(body, components..., batch)``: the batch is the trailing, contiguous axis, so each
-small-matrix operation is an elementwise loop over states that XLA vectorises. Planar mechanisms
-use planar 3-vector algebra throughout.
+small-matrix operation is an elementwise loop over states that XLA vectorises. Large batches run
+in chunks of `CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
+mechanisms use planar 3-vector algebra throughout. (Under ``jax.vmap`` the functions still work,
+with the mapped axis leading; pass batches directly for speed.)
 
 The sequential passes run over the tree's depth levels, all bodies of a level at once. A shallow
 tree unrolls its levels at trace time; a deep one (more than `UNROLL_LEVELS` levels) runs them in a
 ``lax.scan``, so the program, and its compile time, does not grow with the number of bodies.
+Path sums and subtree sums of a serial chain are cumulative sums.
 """
 
 import functools
@@ -37,8 +40,8 @@ from jaxtyping import Array, Float
 from . import spatial
 from .mechanism import Mechanism
 
-UNROLL_LEVELS = 12
-CHUNK = 128
+UNROLL_LEVELS = 12  # deeper trees run their passes as a lax.scan over depth levels
+CHUNK = 128  # states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
 _ROWS = np.array(spatial.PLANAR_ROWS)
 
 
@@ -237,8 +240,14 @@ def _up(mech, step, own, inputs):
     return _take(outs, slice(0, mech.num_bodies))
 
 
+def _serial(mech):
+    return mech.parent == tuple(range(-1, mech.num_bodies - 1))
+
+
 def _path_sums(mech, x, ground):
     """Base -> tips: each body's value plus its ancestors' and the ``ground`` value."""
+    if _serial(mech):
+        return jnp.cumsum(x, axis=0) + ground
 
     def step(above, x):
         total = above + x
@@ -249,6 +258,8 @@ def _path_sums(mech, x, ground):
 
 def _subtree_sums(mech, x):
     """Tips -> base: each body's value plus its descendants' (the ``N^T`` sums)."""
+    if _serial(mech):
+        return jax.lax.cumsum(x, axis=0, reverse=True)
     return _up(mech, lambda total, _: (total, total), x, None)
 
 
