@@ -22,11 +22,14 @@ cheap for few parameters and many outputs, e.g. least-squares residuals). ``Back
 solves the continuous adjoint equations backwards in time, re-integrating the state backwards
 as well: its gradients carry the solver's error, and it is stable only where the backward
 re-integration is. With ``"baumgarte"`` the correction that damps ``Phi`` forward in time
-excites it backwards (``Phi'' - 2 alpha Phi' + beta^2 Phi = 0`` in reversed time), so the
-reconstructed states leave the constraint manifold like ``exp(alpha t)``: usable when
-``alpha t1`` is small, or with ``"none"`` over horizons where the undamped drift stays at the
-tolerances. ``"embedding"`` projects after each step, which the continuous adjoint does not see:
-refused.
+excites it backwards (``Phi'' - 2 alpha Phi' + beta^2 Phi = 0`` in reversed time), so errors of
+the reconstructed state grow like ``exp(alpha dt)`` over a stretch ``dt`` integrated backwards;
+diffrax restarts the backward state from the stored one at every save time, so ``dt`` is the
+interval between saves. Measured against the default (gains 10/s, rtol 1e-10): four-bar, one
+save at ``t1`` = 0.5, 1, 2 s: relative gradient error 3e-9, 7e-7, 7e-3; 3-RRR over 5 s with a
+save every 0.05 s: 1e-7 (benchmarks/results/gradients.md). Use it with saves at most about
+``1 / alpha`` apart. ``"embedding"`` projects after each step, which the continuous adjoint does
+not see: refused.
 """
 
 from __future__ import annotations
