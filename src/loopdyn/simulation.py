@@ -17,7 +17,10 @@ The state is ``y = (q, qd)`` and the vector field is ``(qd, qdd)`` with ``qdd`` 
 
 Gradients (``adjoint``, diffrax's): ``RecursiveCheckpointAdjoint`` (default) differentiates the
 discrete solver steps in reverse mode, storing checkpoints: exact gradients of the computed
-trajectory for every stabilization. ``ForwardMode`` does the same in forward mode (``jax.jacfwd``:
+trajectory for every stabilization; by default it keeps ``log2(max_steps)`` checkpoints and
+recomputes steps, ``RecursiveCheckpointAdjoint(checkpoints=N)`` with ``N`` at least the steps
+taken stores them all (5 s of the 3-RRR, 46 parameters: gradient 3.95x the simulation instead of
+7.8x, benchmarks/results/gradients.md). ``ForwardMode`` does the same in forward mode (``jax.jacfwd``:
 cheap for few parameters and many outputs, e.g. least-squares residuals). ``BacksolveAdjoint``
 solves the continuous adjoint equations backwards in time, re-integrating the state backwards
 as well: its gradients carry the solver's error, and it is stable only where the backward
