@@ -105,14 +105,18 @@ def main():
     lines = [
         "# 3-RRR link masses from a trajectory (experiments/rrr_mass_fit.py)",
         "",
-        f"Record: {record['samples']} samples over {record['horizon_s']} s from rest under gravity "
-        f"and base torques {TAU[0]}, {TAU[5]}, {TAU[6]} N m; start 30 % off. {record['machine']}.",
+        (
+            f"Record: {record['samples']} samples over {record['horizon_s']} s from rest under gravity "
+            f"and base torques {TAU[0]}, {TAU[5]}, {TAU[6]} N m; start 30 % off. {record['machine']}."
+        ),
         "",
         f"Jacobian at the optimum: rank {clean.statistics.rank} of {sel.size}, singular values "
         "(column-scaled) " + ", ".join(f"{v:.3g}" for v in clean.statistics.singular_values),
         "",
-        "| body | true [kg] | start [kg] | noise-free fit | noisy fit (draw 1) | 95 % interval |"
-        f" coverage ({args.draws} draws) |",
+        (
+            "| body | true [kg] | start [kg] | noise-free fit | noisy fit (draw 1) | 95 % interval |"
+            f" coverage ({args.draws} draws) |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for k, label in enumerate(clean.value_labels):
@@ -124,8 +128,10 @@ def main():
         )
     lines += [
         "",
-        f"Noise-free: largest relative error {error:.2e} after {len(clean.cost) - 1} iterations "
-        f"({first:.1f} s including compilation). Noisy: {per_fit:.1f} s per fit.",
+        (
+            f"Noise-free: largest relative error {error:.2e} after {len(clean.cost) - 1} iterations "
+            f"({first:.1f} s including compilation). Noisy: {per_fit:.1f} s per fit."
+        ),
     ]
     for name, text in (
         ("rrr_mass_fit.json", json.dumps(record, indent=1)),
