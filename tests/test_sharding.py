@@ -34,7 +34,7 @@ for name, fn in cases.items():
     two, one, plain = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(r)]) for r in (two, one, plain))
     if name == "tree":  # natively batched: each device runs the function on its share
         vec = sharding.batch(fn, axes, vectorized=True)(mech, q, qd, tau)
-        out["vectorized"] = float(np.max(np.abs(np.asarray(vec) - plain)))
+        out["vectorized"] = float(np.max(np.abs(np.ravel(vec) - plain)))
     out[name] = [float(np.max(np.abs(two - one))), float(np.max(np.abs(two - plain))),
                  float(np.max(np.abs(plain)))]
 placed = sharding.batch(lambda q: 2.0 * q, 0)(q[:4])
