@@ -2,12 +2,7 @@
 exact force balance (Berkof-Lowen, total centre of mass at rest), keeps the torque bound and
 writes its figures."""
 
-import os
-import pathlib
-import subprocess
-import sys
-
-NOTEBOOK = pathlib.Path(__file__).parents[1] / "notebooks" / "balancing.py"
+from notebook_runner import run_notebook
 
 
 def value(stdout, prefix):
@@ -16,21 +11,7 @@ def value(stdout, prefix):
 
 
 def test_balancing_notebook_runs(tmp_path):
-    env = os.environ | {
-        "MPLBACKEND": "Agg",
-        "LOOPDYN_NOTEBOOK_OUT": str(tmp_path),
-        "LOOPDYN_NOTEBOOK_POSITIONS": "16",
-    }
-    done = subprocess.run(
-        [sys.executable, str(NOTEBOOK)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
+    out = run_notebook("balancing", tmp_path, POSITIONS="16")
     assert float(value(out, "RMS shaking force ratio:")) < 1e-6
     assert float(value(out, "Berkof-Lowen difference:")) < 1e-10
     moves = [line for line in out.splitlines() if line.startswith("total centre of mass moves")]

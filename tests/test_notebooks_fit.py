@@ -1,30 +1,11 @@
 """The mass-fitting notebook runs as a plain script (short records, no display), its intervals
 cover the truth and it writes its figure."""
 
-import os
-import pathlib
-import subprocess
-import sys
-
-NOTEBOOK = pathlib.Path(__file__).parents[1] / "notebooks" / "mass_fitting.py"
+from notebook_runner import run_notebook
 
 
 def test_mass_fitting_notebook_runs(tmp_path):
-    env = os.environ | {
-        "MPLBACKEND": "Agg",
-        "LOOPDYN_NOTEBOOK_OUT": str(tmp_path),
-        "LOOPDYN_NOTEBOOK_SAMPLES": "16",
-    }
-    done = subprocess.run(
-        [sys.executable, str(NOTEBOOK)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
+    out = run_notebook("mass_fitting", tmp_path, SAMPLES="16")
     assert "not identifiable: crank.m" in out
     assert ": False" not in out  # every identifiable parameter's interval covers the truth
     assert "rank 7 of 7" in out and "iteration 1: cost" in out

@@ -2,30 +2,12 @@
 histograms, a resume that computes nothing, recomputed runs equal to the stored ones, and an
 inverse-dynamics study whose stored RMS torque equals a direct `prescribed_inverse_dynamics`."""
 
-import os
-import pathlib
-import subprocess
-import sys
-
-NOTEBOOK = pathlib.Path(__file__).parents[1] / "notebooks" / "monte_carlo.py"
+from notebook_runner import run_notebook
 
 
 def test_monte_carlo_notebook_runs(tmp_path):
-    env = os.environ | {
-        "MPLBACKEND": "Agg",
-        "LOOPDYN_NOTEBOOK_OUT": str(tmp_path),
-        "LOOPDYN_NOTEBOOK_RUNS": "8",
-    }
-    done = subprocess.run(
-        [sys.executable, str(NOTEBOOK)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+    out = run_notebook("monte_carlo", tmp_path, RUNS="8")
+    lines = out.splitlines()
     outcomes = [line for line in lines if line.startswith("outcomes:")]
     assert len(outcomes) == 2 and all("'success': 8" in line for line in outcomes), outcomes
     assert not any(line.startswith("chunk ") for line in lines)  # the resume computed nothing
