@@ -1,5 +1,6 @@
-"""Command line: ``loopdyn demo``, ``loopdyn simulate <mechanism | model.xml>`` and
-``loopdyn inverse <mechanism | model.xml>`` (`cli_inverse`).
+"""Command line: ``loopdyn demo`` and ``loopdyn simulate <mechanism | model.xml>`` here;
+``loopdyn inverse`` (`cli_inverse`), ``loopdyn fit`` (`cli_fit`), ``loopdyn balance``
+(`cli_balance`) and ``loopdyn montecarlo`` (`cli_montecarlo`) in their modules.
 
 ``python -m loopdyn.cli ...`` works the same without the installed script."""
 
