@@ -39,7 +39,7 @@ import numpy as np
 
 import loopdyn
 from loopdyn import forward, kinematics, mechanisms, parameters
-from loopdyn.cli_inverse import write_atomic
+from loopdyn.io.files import write_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _peers import pinocchio_problem

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from loopdyn import inverse, mechanisms, prescribed
-from loopdyn.cli_inverse import write_atomic
+from loopdyn.io.files import write_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tree_dynamics import first_call, machine, median_time

@@ -34,7 +34,7 @@ import numpy as np
 import zarr
 
 from loopdyn import kinematics, mechanisms, montecarlo, simulation
-from loopdyn.cli_inverse import write_atomic
+from loopdyn.io.files import write_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _peers import PinocchioSolver

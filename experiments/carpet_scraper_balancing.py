@@ -36,7 +36,7 @@ import numpy as np
 
 from loopdyn import design, mechanisms, tree
 from loopdyn.cli_balance import figure, record
-from loopdyn.cli_inverse import write_atomic, write_json
+from loopdyn.io.files import write_atomic, write_json
 
 OUT = pathlib.Path(__file__).parent / "results"
 SPEED = 4.712  # rad/s, 45 rpm

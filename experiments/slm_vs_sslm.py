@@ -43,7 +43,7 @@ import numpy as np
 
 import loopdyn
 from loopdyn import forward, kinematics, mechanisms, prescribed
-from loopdyn.cli_inverse import write_atomic
+from loopdyn.io.files import write_atomic
 
 OUT = pathlib.Path(__file__).parent / "results"
 SEED_TABLE_3 = {  # seconds, SLM / SSLM, MATLAB ode45 on a Core 2 Duo 2.2 GHz

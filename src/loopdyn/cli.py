@@ -24,23 +24,10 @@ from . import (
     cli_montecarlo,
     forward,
     kinematics,
-    mechanisms,
     plot,
     simulation,
 )
-from .io.mjcf import load_mjcf
-
-
-def load(name: str):
-    """A library mechanism by name (``loopdyn.mechanisms``) or an MJCF file."""
-    if name.endswith(".xml"):
-        return load_mjcf(pathlib.Path(name))
-    if name not in mechanisms.__all__:
-        raise SystemExit(
-            f"loopdyn: unknown mechanism {name!r}: give an MJCF file (.xml) or one of "
-            f"{', '.join(mechanisms.__all__)}"
-        )
-    return getattr(mechanisms, name)()
+from .io.files import load
 
 
 def speed_control(mech, rate, gain):

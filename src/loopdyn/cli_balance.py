@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from . import design, inverse
-from .cli_inverse import write_atomic, write_json
+from .io.files import load, save_figure, write_json
 
 
 def _pair(text, what):
@@ -176,16 +176,11 @@ def figure(record, path=None, title=""):
         ratios = record["ratio"]
         ax.bar(list(ratios), list(ratios.values()))
         ax.set(ylabel="balanced / unbalanced RMS", title="RMS after balancing")
-    fig.tight_layout()
-    if path is not None:
-        write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=110))
-    return fig
+    return save_figure(fig, path)
 
 
 def run(args):
     """Execute ``loopdyn balance`` with the parsed ``args``."""
-    from .cli import load  # here, not at import: cli imports this module
-
     mech = load(args.mechanism)
     links = [name for name in args.links.split(",") if name]
     mass = _pair(args.mass_bounds, "--mass-bounds")

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import fit, parameters
-from .cli_inverse import write_atomic, write_json
+from .io.files import load, save_figure, write_json
 
 _KINDS = ("masses", "inertias", "com", "placements", "child_placements")
 
@@ -189,16 +189,11 @@ def figure(record, path=None, title=""):
         ax = axes[1]
         ax.semilogy(np.asarray(record["cost"]) + 1e-300, "o-")
         ax.set(xlabel="iteration", ylabel="cost |r|^2 / 2", title="Levenberg-Marquardt")
-    fig.tight_layout()
-    if path is not None:
-        write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=110))
-    return fig
+    return save_figure(fig, path)
 
 
 def run(args):
     """Execute ``loopdyn fit`` with the parsed ``args``."""
-    from .cli import load  # here, not at import: cli imports this module
-
     mech = load(args.mechanism)
     start = time.perf_counter()
     try:

@@ -9,17 +9,14 @@ comes from the ground reactions (`loopdyn.shaking`). Prints a summary, writes th
 and a figure, both atomically (a temporary file renamed into place).
 
 The subcommand is added to the ``loopdyn`` parser by `add_parser` and executed by `run`; the
-helpers (`constant_speed`, `cycle`, `results`, `figure`, `write_atomic`) serve the experiments and
+helpers (`constant_speed`, `cycle`, `results`, `figure`) serve the experiments and
 the notebook too.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import pathlib
-import tempfile
 import time
 
 import jax
@@ -30,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import inverse, prescribed, shaking
+from .io.files import load, save_figure, write_json
 
 
 def add_parser(subparsers):
@@ -172,32 +170,6 @@ def power_balance(mech, motion, result):
     return float(jnp.max(jnp.abs(power - d_energy)) / jnp.max(jnp.abs(power)))
 
 
-def write_atomic(path, write):
-    """Call ``write(file)`` on a temporary binary file beside ``path``, then rename it into place
-    (readers never see a half-written file)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            write(file)
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a plain file is not
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_json(path, record):
-    write_atomic(path, lambda f: f.write(json.dumps(record, indent=1).encode()))
-
-
 def figure(mech, motion, result, path=None, title=""):
     """Four panels: actuator forces, reaction force magnitude per joint, the shaking force
     (dynamic part) as a polar trace, and the shaking moment, over the cycle."""
@@ -234,16 +206,11 @@ def figure(mech, motion, result, path=None, title=""):
             ax.plot(t, m[:, k], label=f"M_{axis}")
     ax.set(xlabel="t [s]", ylabel="shaking moment [N m]", title="shaking moment about the origin")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=110))
-    return fig
+    return save_figure(fig, path)
 
 
 def run(args):
     """Execute ``loopdyn inverse`` with the parsed ``args``."""
-    from .cli import load  # here, not at import: cli imports this module
-
     mech = load(args.mechanism)
     start = time.perf_counter()
     try:

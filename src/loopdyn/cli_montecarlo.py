@@ -114,8 +114,8 @@ def run(args):
             process_id=args.process_id,
         )
     from . import montecarlo
-    from .cli import load  # here, not at import: cli imports this module
     from .cli_inverse import constant_speed
+    from .io.files import load
 
     mech = load(args.mechanism)
     try:

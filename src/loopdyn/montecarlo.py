@@ -44,6 +44,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import forward, kinematics, parameters, prescribed, sharding, simulation
+from .io.files import save_figure
 from .mechanism import Mechanism
 
 UNASSEMBLED, SINGULAR = 3, 4
@@ -596,9 +597,4 @@ def histograms(out, labels: Sequence[str], path=None, bins: int = 40):
         ax = fig.add_subplot(rows, cols, k + 1)
         ax.hist(columns[label][ok], bins=bins)
         ax.set(xlabel=label, ylabel="runs")
-    fig.tight_layout()
-    if path is not None:
-        from .cli_inverse import write_atomic
-
-        write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=100))
-    return fig
+    return save_figure(fig, path, dpi=100)

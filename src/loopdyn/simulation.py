@@ -37,8 +37,6 @@ not see: refused.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 
 import diffrax
@@ -50,6 +48,7 @@ from jaxtyping import Array, Float, Int
 
 from . import energy, forward, kinematics
 from ._checks import check_arrays, check_finite
+from .io.files import write_atomic
 from .mechanism import Mechanism
 
 STABILIZATIONS = ("none", "baumgarte", "embedding")
@@ -369,7 +368,6 @@ def _check_closed(mech, q0, qd0, tol):
 def save(path, simulation: Simulation, **extra):
     """Write a simulation to ``path`` (``.npz``) atomically: a temporary file in the same folder,
     renamed over ``path`` once complete, so an interrupted run never leaves a truncated file."""
-    path = os.fspath(path)
     arrays = {
         "ts": simulation.ts,
         "q": simulation.q,
@@ -380,10 +378,4 @@ def save(path, simulation: Simulation, **extra):
         **{f"stats_{k}": v for k, v in vars(simulation.stats).items()},
         **extra,
     }
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=folder, suffix=".npz", delete=False) as handle:
-        np.savez(handle, **{k: np.asarray(v) for k, v in arrays.items()})
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(handle.name, 0o666 & ~umask)  # a temporary file is private; the result is not
-    os.replace(handle.name, path)
+    write_atomic(path, lambda file: np.savez(file, **{k: np.asarray(v) for k, v in arrays.items()}))
