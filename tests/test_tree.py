@@ -443,8 +443,8 @@ def all_outputs(mech, q, qd, u, f_ext):
 
 @pytest.mark.parametrize("model", ["planar", "branched"])
 def test_native_batch_equals_single_states(model, monkeypatch):
-    """States of batch shape (2, 3), split into chunks of 2 (the last padded), through unrolled
-    and through scanned level passes, equal the single-state results to 1e-12."""
+    """States of batch shape (2, 3), split into chunks of 2 (the last padded), equal the
+    single-state results to 1e-12."""
     if model == "planar":
         mech = random_planar_tree(4, seed=3, planar=True)
     else:
@@ -456,12 +456,10 @@ def test_native_batch_equals_single_states(model, monkeypatch):
     expected = [single(mech, s.q[k], s.qd[k], s.qdd[k], s.f_ext[k]) for k in range(6)]
     expected = jax.tree.map(lambda *x: np.stack(x).reshape((2, 3) + x[0].shape), *expected)
     monkeypatch.setattr(tree, "CHUNK", 2)
-    for unroll in (tree.UNROLL_LEVELS, 0):
-        monkeypatch.setattr(tree, "UNROLL_LEVELS", unroll)
-        batched = jax.jit(lambda *a: all_outputs(*a))(mech, *shaped)
-        for key in expected:
-            for b, e in zip(jax.tree.leaves(batched[key]), jax.tree.leaves(expected[key])):
-                assert_close(b, e, 1e-12)
+    batched = jax.jit(lambda *a: all_outputs(*a))(mech, *shaped)
+    for key in expected:
+        for b, e in zip(jax.tree.leaves(batched[key]), jax.tree.leaves(expected[key])):
+            assert_close(b, e, 1e-12)
 
 
 def test_batch_shape_errors_name_the_argument():

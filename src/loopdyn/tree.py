@@ -22,14 +22,14 @@ in chunks of `CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cach
 mechanisms use planar 3-vector algebra throughout. (Under ``jax.vmap`` the functions still work,
 with the mapped axis leading; pass batches directly for speed.)
 
-The sequential passes run over the tree's depth levels, all bodies of a level at once. A shallow
-tree unrolls its levels at trace time; a deep one (more than `UNROLL_LEVELS` levels) runs them in a
-``lax.scan``, so the program, and its compile time, does not grow with the number of bodies.
-Path sums and subtree sums of a serial chain are cumulative sums.
+The sequential passes run over the tree's depth levels, all bodies of a level at once, as a
+``lax.scan`` (so the program, and its compile time, does not grow with the number of bodies). One
+base -> tips pass gives the poses, subspaces, twists and twist-rates together. The sines and
+cosines of the joint angles are computed before it: fused into the pass, XLA would recompute them
+for every element of the matrix products.
 """
 
 import functools
-import itertools
 from typing import NamedTuple
 
 import jax
@@ -40,7 +40,6 @@ from jaxtyping import Array, Float
 from . import spatial
 from .mechanism import Mechanism
 
-UNROLL_LEVELS = 12  # deeper trees run their passes as a lax.scan over depth levels
 CHUNK = 128  # states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
 _ROWS = np.array(spatial.PLANAR_ROWS)
 
@@ -113,29 +112,15 @@ def _const(x):
 
 
 class _Levels(NamedTuple):
-    """The tree's depth levels, in two forms.
+    """The tree's depth levels as ``(L, w)`` slots (``w`` the widest level): ``body`` is the body
+    in each slot (``n``, a valid copy of a body, in the padding), ``parent`` the slot of its parent
+    in the level above, ``valid`` marks real bodies, and ``slot`` ``(n,)`` is each body's flat slot
+    ``level * w + column``."""
 
-    Unrolled passes: ``exact[l] = (bodies, parents)``, the level's bodies (an index into per-body
-    arrays) and each one's parent as an index into level ``l - 1`` (None at the base); indices
-    are slices where contiguous. ``order`` puts the concatenated levels back in body order.
-
-    Scanned passes: ``body``, ``parent`` ``(L, w)``, with per-body arrays extended by two rows,
-    ``n`` (the ground) and ``n + 1`` (a sink): short levels are padded with the sink as body and
-    the ground as parent, so padding reads the ground and writes where nothing reads.
-    """
-
-    exact: tuple
-    order: np.ndarray | None
     body: np.ndarray
     parent: np.ndarray
-
-
-def _index(indices):
-    """A slice for contiguous indices (cheaper than a gather), else the index array."""
-    indices = np.asarray(indices)
-    if np.all(np.diff(indices) == 1):
-        return slice(int(indices[0]), int(indices[-1]) + 1)
-    return indices
+    valid: np.ndarray
+    slot: np.ndarray
 
 
 @functools.cache
@@ -145,121 +130,84 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
     for p in parent:
         depth.append(0 if p < 0 else depth[p] + 1)
     groups = [[i for i in range(n) if depth[i] == level] for level in range(max(depth) + 1)]
-    exact = [(_index(groups[0]), None)]
-    for above, level in itertools.pairwise(groups):
-        exact.append((_index(level), _index([above.index(parent[i]) for i in level])))
-    order = np.argsort(np.concatenate(groups))
     width = max(len(g) for g in groups)
-    body = np.full((len(groups), width), n + 1)
-    up = np.full((len(groups), width), n)
+    body = np.full((len(groups), width), n)
+    up = np.zeros((len(groups), width), dtype=np.int32)
+    slot = np.zeros(n, dtype=np.int64)
     for level, g in enumerate(groups):
         body[level, : len(g)] = g
-        up[level, : len(g)] = [parent[i] if parent[i] >= 0 else n for i in g]
-    identity = np.array_equal(order, np.arange(n))
-    return _Levels(tuple(exact), None if identity else order, body, up)
-
-
-def _scanned(mech):
-    return len(_levels(mech.parent).exact) > UNROLL_LEVELS
+        slot[g] = level * width + np.arange(len(g))
+        if level:
+            up[level, : len(g)] = [groups[level - 1].index(parent[i]) for i in g]
+    return _Levels(body, up, body < n, slot)
 
 
 def _take(tree, index):
     return jax.tree.map(lambda x: x[index], tree)
 
 
-def _extend(tree):
-    """Per-body arrays with two more rows (ground and sink), copies of body 0: valid values."""
-    return jax.tree.map(lambda x: jnp.concatenate([x, x[:1], x[:1]]), tree)
+def _by_level(mech, tree):
+    """Per-body arrays ``(n, ...)`` rearranged into level slots ``(L, w, ...)``."""
+    levels = _levels(mech.parent)
+    if levels.body.shape[1] == 1:  # a serial chain: levels are bodies
+        return jax.tree.map(lambda x: x[:, None], tree)
+    return jax.tree.map(lambda x: jnp.concatenate([x, x[:1]])[levels.body], tree)
 
 
-def _in_body_order(levels, outputs):
-    """Per-level outputs concatenated and put in body order."""
-    joined = jax.tree.map(lambda *x: jnp.concatenate(x), *outputs)
-    return joined if levels.order is None else _take(joined, levels.order)
+def _by_body(mech, tree):
+    """Level slots ``(L, w, ...)`` back to per-body arrays ``(n, ...)``."""
+    levels = _levels(mech.parent)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+    return flat if levels.body.shape[1] == 1 else _take(flat, levels.slot)
+
+
+def _gather(tree, index, width):
+    """Rows ``index`` of per-slot arrays (no gather when every level has one slot)."""
+    return tree if width == 1 else _take(tree, index)
 
 
 def _down(mech, step, ground, inputs):
     """Base -> tips: ``value_i, out_i = step(value_parent, inputs_i)`` with ``ground`` the
-    ground's value, all bodies of a level at once; returns the outputs ``(n, ...)``."""
+    ground's value, all bodies of a level at once in a ``lax.scan`` over levels; returns the
+    outputs ``(n, ...)``."""
     levels = _levels(mech.parent)
-    if not _scanned(mech):
-        outputs, above = [], None
-        for bodies, parents in levels.exact:
-            value, out = step(
-                ground if parents is None else _take(above, parents), _take(inputs, bodies)
-            )
-            outputs.append(out)
-            above = value
-        return _in_body_order(levels, outputs)
-    inputs = _extend(inputs)
-    value, out = jax.eval_shape(step, ground, _take(inputs, slice(0, 1)))
-    rows = mech.num_bodies + 2
-    values = jax.tree.map(lambda g, v: jnp.broadcast_to(g, (rows,) + v.shape[1:]), ground, value)
-    outs = jax.tree.map(lambda o: jnp.zeros((rows,) + o.shape[1:], o.dtype), out)
+    width = levels.body.shape[1]
+    xs = (_by_level(mech, inputs), jnp.asarray(levels.parent))
+    value, _ = jax.eval_shape(step, ground, _take(xs[0], 0))
+    above = jax.tree.map(lambda g, v: jnp.broadcast_to(g, v.shape).astype(v.dtype), ground, value)
 
-    def level(carry, index):
-        values, outs = carry
-        bodies, parents = index
-        value, out = step(_take(values, parents), _take(inputs, bodies))
-        put = lambda a, b: a.at[bodies].set(b)
-        return (jax.tree.map(put, values, value), jax.tree.map(put, outs, out)), None
+    def level(above, x):
+        inputs, parents = x
+        return step(_gather(above, parents, width), inputs)
 
-    index = (jnp.asarray(levels.body), jnp.asarray(levels.parent))
-    (_, outs), _ = jax.lax.scan(level, (values, outs), index)
-    return _take(outs, slice(0, mech.num_bodies))
+    return _by_body(mech, jax.lax.scan(level, above, xs)[1])
 
 
 def _up(mech, step, own, inputs):
     """Tips -> base: ``out_i, to_parent_i = step(own_i + sum of the children's to_parent,
-    inputs_i)``, all bodies of a level at once; returns the outputs ``(n, ...)``."""
+    inputs_i)``, all bodies of a level at once in a reversed ``lax.scan`` over levels; returns the
+    outputs ``(n, ...)``."""
     levels = _levels(mech.parent)
-    if not _scanned(mech):
-        outputs, below = [], None
-        for bodies, parents in reversed(levels.exact):
-            total = _take(own, bodies)
-            if below is not None:
-                slots, to_parent = below
-                total = jax.tree.map(lambda t, c, i=slots: t.at[i].add(c), total, to_parent)
-            out, to_parent = step(total, _take(inputs, bodies))
-            outputs.append(out)
-            below = (parents, to_parent)
-        return _in_body_order(levels, outputs[::-1])
-    own, inputs = _extend(own), _extend(inputs)
-    out, _ = jax.eval_shape(step, _take(own, slice(0, 1)), _take(inputs, slice(0, 1)))
-    outs = jax.tree.map(lambda o: jnp.zeros((mech.num_bodies + 2,) + o.shape[1:], o.dtype), out)
+    width = levels.body.shape[1]
+    xs = (_by_level(mech, (own, inputs)), jnp.asarray(levels.parent), jnp.asarray(levels.valid))
+    _, to_parent = jax.eval_shape(step, *_take(xs[0], 0))
+    below = jax.tree.map(lambda v: jnp.zeros(v.shape, v.dtype), to_parent)
 
-    def level(carry, index):
-        totals, outs = carry
-        bodies, parents = index
-        out, to_parent = step(_take(totals, bodies), _take(inputs, bodies))
-        totals = jax.tree.map(lambda a, b: a.at[parents].add(b), totals, to_parent)
-        return (totals, jax.tree.map(lambda a, b: a.at[bodies].set(b), outs, out)), None
+    def level(below, x):
+        (own, inputs), parents, valid = x
+        out, to_parent = step(jax.tree.map(jnp.add, own, below), inputs)
+        if width > 1:
+            mask = lambda v: jnp.where(valid.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
+            to_parent = jax.tree.map(
+                lambda v: jnp.zeros_like(v).at[parents].add(mask(v)), to_parent
+            )
+        return to_parent, out
 
-    index = (jnp.asarray(levels.body), jnp.asarray(levels.parent))
-    (_, outs), _ = jax.lax.scan(level, (own, outs), index, reverse=True)
-    return _take(outs, slice(0, mech.num_bodies))
-
-
-def _serial(mech):
-    return mech.parent == tuple(range(-1, mech.num_bodies - 1))
-
-
-def _path_sums(mech, x, ground):
-    """Base -> tips: each body's value plus its ancestors' and the ``ground`` value."""
-    if _serial(mech):
-        return jnp.cumsum(x, axis=0) + ground
-
-    def step(above, x):
-        total = above + x
-        return total, total
-
-    return _down(mech, step, ground, x)
+    return _by_body(mech, jax.lax.scan(level, below, xs, reverse=True)[1])
 
 
 def _subtree_sums(mech, x):
     """Tips -> base: each body's value plus its descendants' (the ``N^T`` sums)."""
-    if _serial(mech):
-        return jax.lax.cumsum(x, axis=0, reverse=True)
     return _up(mech, lambda total, _: (total, total), x, None)
 
 
@@ -280,26 +228,19 @@ def _pose_terms(mech):
     return rotations, positions + [slide]
 
 
-def _joint_poses(mech, q):
-    """Rotation ``(n, 3, 3, B)`` and origin ``(n, 3, B)`` of each body in its parent's frame."""
-    (r0, r1, r2), (p0, p1, p2, p3) = _pose_terms(mech)
-    sin, vers = jnp.sin(q)[:, None], 1.0 - jnp.cos(q)[:, None]
-    rotation = _const(r0) + sin[:, None] * _const(r1) + vers[:, None] * _const(r2)
-    return rotation, _const(p0) + sin * _const(p1) + vers * _const(p2) + q[:, None] * _const(p3)
+def _angles(q):
+    """``(sin q, 1 - cos q, q)``, each ``(k, 1, B)``."""
+    return jnp.sin(q)[:, None], 1.0 - jnp.cos(q)[:, None], q[:, None]
 
 
-def _poses(mech, q):
-    """World rotation ``(n, 3, 3, B)`` and origin ``(n, 3, B)`` of every body frame, composing
-    the joint poses base -> tips."""
-    joint_rotation, joint_position = _joint_poses(mech, q)
-    eye = jnp.eye(3, dtype=q.dtype)[..., None]
-
-    def step(above, joint):
-        (r, x), (joint_r, joint_x) = above, joint
-        pose = (_mm(r, joint_r), x + _mv(r, joint_x))
-        return pose, pose
-
-    return _down(mech, step, (eye, jnp.zeros((3, 1), q.dtype)), (joint_rotation, joint_position))
+def _joint_poses(terms, angles):
+    """Rotation ``(k, 3, 3, B)`` and origin ``(k, 3, B)`` of bodies in their parents' frames from
+    their `_pose_terms` (with a trailing batch axis) and `_angles`. The sines and cosines arrive
+    computed (scan inputs), as XLA would recompute them in every element of a fused product."""
+    (r0, r1, r2), (p0, p1, p2, p3) = terms
+    sin, vers, q = angles
+    rotation = r0 + sin[:, None] * r1 + vers[:, None] * r2
+    return rotation, p0 + sin * p1 + vers * p2 + q * p3
 
 
 def _motion_to_world(planar, rotation, position, t):
@@ -400,18 +341,50 @@ class _Frames(NamedTuple):
     position: Array  # (n, 3, B) world origin
     subspace: Array  # (n, d, B) p_i in world coordinates
     inertia: Array  # (n, d, d, B) M_i about the world origin
-
-
-def _frames(mech, q):
-    rotation, position = _poses(mech, q)
-    s = _motion_to_world(mech.planar, rotation, position, _const(_subspaces(mech)))
-    return _Frames(rotation, position, s, _world_inertias(mech, rotation, position))
+    twist: Array | None  # (n, d, B) t_i (given qd)
+    bias: Array | None  # (n, d, B) t_i x p_i qd_i, the velocity-product twist-rate (given qd)
+    rate: Array | None  # (n, d, B) twist-rate with gravity (given qd and qdd)
 
 
 def _gravity(mech, dtype):
     """Twist-rate of the ground that stands for gravity, ``-[0; g]``, with a batch axis."""
     g = jnp.concatenate([jnp.zeros(3, dtype), -mech.gravity.astype(dtype)])
     return _const(g[_ROWS] if mech.planar else g)
+
+
+def _frames(mech, q, qd=None, qdd=None):
+    """One base -> tips pass: each body's world pose (its joint pose composed with its
+    parent's), joint-rate propagation vector ``p_i``, and given ``qd`` its twist
+    ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in the ground frame), and
+    given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i + t_i x p_i qd_i`` with
+    gravity as the ground's."""
+    planar, dtype = mech.planar, q.dtype
+    zero = lambda rows: jnp.zeros((rows, 1), dtype)
+    terms = jax.tree.map(_const, _pose_terms(mech))
+    inputs = (terms, _angles(q), _const(_subspaces(mech)), qd, qdd)
+    ground = (
+        jnp.eye(3, dtype=dtype)[..., None],
+        zero(3),
+        None if qd is None else zero(mech.dim),
+        None if qdd is None else _gravity(mech, dtype),
+    )
+
+    def step(above, inputs):
+        (r, x, t, dt), (terms, angles, local, qd, qdd) = above, inputs
+        joint_r, joint_x = _joint_poses(terms, angles)
+        r, x = _mm(r, joint_r), x + _mv(r, joint_x)
+        s = _motion_to_world(planar, r, x, local)
+        bias = None
+        if qd is not None:
+            rate = s * qd[:, None]
+            t = t + rate
+            bias = _cross_motion(planar, t, rate)
+        if qdd is not None:
+            dt = dt + s * qdd[:, None] + bias
+        return (r, x, t, dt), (r, x, s, t, bias, dt)
+
+    r, x, s, t, bias, dt = _down(mech, step, ground, inputs)
+    return _Frames(r, x, s, _world_inertias(mech, r, x), t, bias, dt)
 
 
 def _external(mech, frames, f_ext):
@@ -421,18 +394,14 @@ def _external(mech, frames, f_ext):
     return _force_to_world(mech.planar, frames.rotation, frames.position, f_ext)
 
 
-def _motion(mech, frames, qd, qdd):
-    """World twists and twist-rates (with gravity) ``(n, d, B)``."""
-    rate = frames.subspace * qd[:, None]
-    t = _path_sums(mech, rate, 0.0)
-    acc = frames.subspace * qdd[:, None] + _cross_motion(mech.planar, t, rate)
-    return t, _path_sums(mech, acc, _gravity(mech, qd.dtype))
-
-
-def _wrenches(mech, frames, t, dt, f_world):
+def _wrenches(mech, frames, f_world):
     """Newton-Euler wrench of every body less gravity and external wrenches (ground frame)."""
-    momentum = _mv(frames.inertia, t)
-    return _mv(frames.inertia, dt) + _cross_force(mech.planar, t, momentum) - f_world
+    momentum = _mv(frames.inertia, frames.twist)
+    return (
+        _mv(frames.inertia, frames.rate)
+        + _cross_force(mech.planar, frames.twist, momentum)
+        - f_world
+    )
 
 
 # Public functions: argument checks and the batch layout around the cores above.
@@ -485,13 +454,19 @@ def _batched(mech, core, f_ext=None, **states):
 
 def joint_poses(mech: Mechanism, q: Float[Array, "... n"]):
     """Rotation ``(..., n, 3, 3)`` and origin ``(..., n, 3)`` of each body in its parent's frame."""
-    return _batched(mech, lambda q, _: _joint_poses(mech, q), q=q)
+    terms = jax.tree.map(_const, _pose_terms(mech))
+    return _batched(mech, lambda q, _: _joint_poses(terms, _angles(q)), q=q)
 
 
 def forward_kinematics(mech: Mechanism, q: Float[Array, "... n"]):
     """World origin ``(..., n, 3)`` and rotation ``(..., n, 3, 3)`` of every body frame
     (positions first, as everywhere in loopdyn)."""
-    return _batched(mech, lambda q, _: _poses(mech, q)[::-1], q=q)
+
+    def core(q, _):
+        frames = _frames(mech, q)
+        return frames.position, frames.rotation
+
+    return _batched(mech, core, q=q)
 
 
 def motion_subspaces(mech: Mechanism) -> Float[Array, "n d"]:
@@ -518,9 +493,8 @@ def ground_acceleration(mech: Mechanism) -> Float[Array, " d"]:
 
 
 def _twists(mech, q, qd, _):
-    frames = _frames(mech, q)
-    t = _path_sums(mech, frames.subspace * qd[:, None], 0.0)
-    return _motion_to_body(mech.planar, frames.rotation, frames.position, t)
+    frames = _frames(mech, q, qd)
+    return _motion_to_body(mech.planar, frames.rotation, frames.position, frames.twist)
 
 
 def twists(mech: Mechanism, q, qd) -> Float[Array, "... n d"]:
@@ -529,8 +503,8 @@ def twists(mech: Mechanism, q, qd) -> Float[Array, "... n d"]:
 
 
 def _twist_rates(mech, q, qd, qdd, _):
-    frames = _frames(mech, q)
-    dt = _motion(mech, frames, qd, qdd)[1] - _gravity(mech, q.dtype)
+    frames = _frames(mech, q, qd, qdd)
+    dt = frames.rate - _gravity(mech, q.dtype)
     return _motion_to_body(mech.planar, frames.rotation, frames.position, dt)
 
 
@@ -540,9 +514,8 @@ def twist_rates(mech: Mechanism, q, qd, qdd) -> Float[Array, "... n d"]:
 
 
 def _body_wrenches(mech, q, qd, qdd, f_ext):
-    frames = _frames(mech, q)
-    t, dt = _motion(mech, frames, qd, qdd)
-    return frames, _wrenches(mech, frames, t, dt, _external(mech, frames, f_ext))
+    frames = _frames(mech, q, qd, qdd)
+    return frames, _wrenches(mech, frames, _external(mech, frames, f_ext))
 
 
 def body_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None):
@@ -572,7 +545,7 @@ def joint_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "...
 
 def _inverse_dynamics(mech, q, qd, qdd, f_ext):
     frames, w = _body_wrenches(mech, q, qd, qdd, f_ext)
-    return _dot(frames.subspace, _subtree_sums(mech, w))
+    return _up(mech, lambda total, s: (_dot(s, total), total), w, frames.subspace)
 
 
 def inverse_dynamics(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "... n"]:
@@ -626,11 +599,8 @@ def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "... k k
 
 def _forward_dynamics(mech, q, qd, tau, f_ext):
     """The articulated-body recursion on the internal layout (see `forward_dynamics`)."""
-    frames = _frames(mech, q)
-    s = frames.subspace
-    rate = s * qd[:, None]
-    t = _path_sums(mech, rate, 0.0)
-    bias_acc = _cross_motion(mech.planar, t, rate)
+    frames = _frames(mech, q, qd)
+    s, t, bias_acc = frames.subspace, frames.twist, frames.bias
     bias = _cross_force(mech.planar, t, _mv(frames.inertia, t)) - _external(mech, frames, f_ext)
 
     def backward(total, inputs):  # tips -> base: articulated inertia and bias wrench
