@@ -19,8 +19,10 @@ external wrenches ``f_ext`` (body coordinates, at the body frame origin) ``(n, d
 is laid out ``(body, components..., batch)``: the batch is the trailing, contiguous axis, so each
 small-matrix operation is an elementwise loop over states that XLA vectorises. Large batches run
 in chunks of `CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
-mechanisms use planar 3-vector algebra throughout. (Under ``jax.vmap`` the functions still work,
-with the mapped axis leading; pass batches directly for speed.)
+mechanisms use planar 3-vector algebra throughout. Under ``jax.vmap`` (over states, the mechanism,
+or both) a ``custom_vmap`` rule folds the mapped axis into this native batch, so ``vmap`` costs
+what a native batch costs. The public functions are jitted (``eqx.filter_jit``): compiled once
+per mechanism structure and batch shape.
 
 The sequential passes run over the tree's depth levels, all bodies of a level at once, as a
 ``lax.scan`` (so the program, and its compile time, does not grow with the number of bodies). One
@@ -32,6 +34,7 @@ for every element of the matrix products.
 import functools
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -287,14 +290,14 @@ def _force_to_body(planar, rotation, position, f):
     return jnp.concatenate([moment, _mv(rotation_t, force)], axis=-2)
 
 
-def _world_inertias(mech, rotation, position):
+def _world_inertias(mech, params, rotation, position):
     """Extended mass matrices ``(n, d, d, B)`` of every body about the ground origin, in ground
     axes (seed 000 eq. 3 with the body's world centre of mass and rotated inertia)."""
-    mass = _const(mech.mass)
-    com = _mv(rotation, _const(mech.com)) + position
+    mass = params.mass
+    com = _mv(rotation, params.com) + position
     cx, cy, cz = com[:, 0], com[:, 1], com[:, 2]
     if mech.planar:  # rotations about z keep the zz inertia
-        izz = _const(mech.inertia[:, 2, 2]) + mass * (cx * cx + cy * cy)
+        izz = params.inertia[:, 2, 2] + mass * (cx * cx + cy * cy)
         zero = jnp.zeros_like(izz)
         rows = [
             [izz, -mass * cy, mass * cx],
@@ -302,7 +305,7 @@ def _world_inertias(mech, rotation, position):
             [mass * cx, zero, mass + zero],
         ]
         return jnp.stack([jnp.stack(r, axis=1) for r in rows], axis=1)
-    inertia = _mm(_mm(rotation, _const(mech.inertia)), _transpose(rotation))
+    inertia = _mm(_mm(rotation, params.inertia), _transpose(rotation))
     parallel = (cx * cx + cy * cy + cz * cz)[:, None, None] * jnp.eye(3, dtype=com.dtype)[..., None]
     upper_left = inertia + mass[:, None, None] * (parallel - _outer(com, com))
     zero = jnp.zeros_like(cx)
@@ -346,13 +349,31 @@ class _Frames(NamedTuple):
     rate: Array | None  # (n, d, B) twist-rate with gravity (given qd and qdd)
 
 
-def _gravity(mech, dtype):
-    """Twist-rate of the ground that stands for gravity, ``-[0; g]``, with a batch axis."""
-    g = jnp.concatenate([jnp.zeros(3, dtype), -mech.gravity.astype(dtype)])
-    return _const(g[_ROWS] if mech.planar else g)
+def _gravity(mech):
+    """Twist-rate of the ground that stands for gravity, ``-[0; g]``."""
+    g = jnp.concatenate([jnp.zeros(3, mech.gravity.dtype), -mech.gravity])
+    return g[_ROWS] if mech.planar else g
 
 
-def _frames(mech, q, qd=None, qdd=None):
+class _Parameters(NamedTuple):
+    """The mechanism's arrays the recursions use; inside, each has a trailing batch axis (of one,
+    or one entry per state when the mechanism itself is batched, e.g. under ``jax.vmap``)."""
+
+    terms: tuple  # `_pose_terms`
+    subspace: Array  # (n, d) p_i in body coordinates
+    mass: Array  # (n,)
+    com: Array  # (n, 3)
+    inertia: Array  # (n, 3, 3)
+    gravity: Array  # (d,)
+
+
+def _parameters(mech) -> _Parameters:
+    return _Parameters(
+        _pose_terms(mech), _subspaces(mech), mech.mass, mech.com, mech.inertia, _gravity(mech)
+    )
+
+
+def _frames(mech, params, q, qd=None, qdd=None):
     """One base -> tips pass: each body's world pose (its joint pose composed with its
     parent's), joint-rate propagation vector ``p_i``, and given ``qd`` its twist
     ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in the ground frame), and
@@ -360,13 +381,12 @@ def _frames(mech, q, qd=None, qdd=None):
     gravity as the ground's."""
     planar, dtype = mech.planar, q.dtype
     zero = lambda rows: jnp.zeros((rows, 1), dtype)
-    terms = jax.tree.map(_const, _pose_terms(mech))
-    inputs = (terms, _angles(q), _const(_subspaces(mech)), qd, qdd)
+    inputs = (params.terms, _angles(q), params.subspace, qd, qdd)
     ground = (
         jnp.eye(3, dtype=dtype)[..., None],
         zero(3),
         None if qd is None else zero(mech.dim),
-        None if qdd is None else _gravity(mech, dtype),
+        None if qdd is None else params.gravity,
     )
 
     def step(above, inputs):
@@ -384,7 +404,7 @@ def _frames(mech, q, qd=None, qdd=None):
         return (r, x, t, dt), (r, x, s, t, bias, dt)
 
     r, x, s, t, bias, dt = _down(mech, step, ground, inputs)
-    return _Frames(r, x, s, _world_inertias(mech, r, x), t, bias, dt)
+    return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, bias, dt)
 
 
 def _external(mech, frames, f_ext):
@@ -408,10 +428,10 @@ def _wrenches(mech, frames, f_world):
 
 
 def _batched(mech, core, f_ext=None, **states):
-    """``core(*states, f_ext)`` on the internal layout ``(n, ..., B)``, over the batch in chunks
-    of `CHUNK` states (a ``lax.map`` when there are several: each chunk's arrays stay in cache);
-    the outputs (a pytree) come back as ``(*batch, ...)``."""
-    n, flat, batch = mech.num_bodies, [], None
+    """``core(params, *states, f_ext)`` on the internal layout for states of shape ``(*batch, n)``
+    (and ``f_ext`` ``(n, d)`` or ``(*batch, n, d)``); the outputs (a pytree) come back as
+    ``(*batch, ...)``. Checks the shapes, naming the argument."""
+    n, arrays, batch = mech.num_bodies, [], None
     for name, x in states.items():
         x = jnp.asarray(x)
         if x.ndim == 0 or x.shape[-1] != n:
@@ -419,7 +439,7 @@ def _batched(mech, core, f_ext=None, **states):
         if batch is not None and x.shape[:-1] != batch:
             raise ValueError(f"{name} has batch shape {x.shape[:-1]}; the other states {batch}")
         batch = x.shape[:-1]
-        flat.append(x.reshape(-1, n))
+        arrays.append(x)
     if f_ext is not None:
         f_ext = jnp.asarray(f_ext)
         if f_ext.shape[-2:] != (n, mech.dim) or f_ext.shape[:-2] not in ((), batch):
@@ -427,21 +447,85 @@ def _batched(mech, core, f_ext=None, **states):
                 f"f_ext has shape {f_ext.shape}; expected ({n}, {mech.dim}) or "
                 f"{batch + (n, mech.dim)} (body wrenches of the states' batch)"
             )
-        flat.append(jnp.broadcast_to(f_ext, batch + (n, mech.dim)).reshape(-1, n, mech.dim))
-    size = flat[0].shape[0]
+        arrays.append(jnp.broadcast_to(f_ext, batch + (n, mech.dim)))
+    params = _parameters(mech)
+    base = tuple(x.ndim for x in jax.tree.leaves(params))
+    return _vmappable(core, f_ext is not None, base)(params, arrays)
+
+
+def _vmappable(core, with_f_ext, base):
+    """``fn(params, arrays)``, `_native`, also under ``jax.vmap``: there ``vmap`` would batch
+    every small operation with the mapped axis leading, so a ``custom_vmap`` rule folds the mapped
+    axis into the native batch instead (per-state parameters included: a batched mechanism, e.g.
+    Monte Carlo samples). Derivatives (a ``custom_jvp``) differentiate `_native` as written."""
+
+    def native(params, arrays):
+        return _native(core, with_f_ext, base, params, arrays)
+
+    @jax.custom_jvp
+    def fn(params, arrays):
+        return vmapped(params, arrays)
+
+    @fn.defjvp
+    def jvp(primals, tangents):
+        return jax.jvp(native, primals, tangents)
+
+    @jax.custom_batching.custom_vmap
+    def vmapped(params, arrays):
+        return native(params, arrays)
+
+    @vmapped.def_vmap
+    def rule(axis_size, in_batched, params, arrays):
+        batched_params, batched_arrays = in_batched
+        arrays = [
+            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            for x, b in zip(arrays, batched_arrays)
+        ]
+        batch = arrays[0].shape[:-1]
+
+        def per_state(x, b, d):  # shared (base shape) or (*batch, *base)
+            if not b:
+                return x if x.ndim == d else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            x = x.reshape(x.shape[:1] + (1,) * (len(batch) + d - x.ndim) + x.shape[1:])
+            return jnp.broadcast_to(x, batch + x.shape[len(batch) :])
+
+        leaves, tree = jax.tree.flatten(params)
+        flags = jax.tree.leaves(batched_params)
+        params = tree.unflatten([per_state(*a) for a in zip(leaves, flags, base)])
+        out = fn(params, arrays)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return fn
+
+
+def _native(core, with_f_ext, base, params, arrays):
+    """``core`` over states ``arrays`` ``(*batch, ...)``, ``(*batch, n)`` first, with ``params``
+    leaves shared (of ndim ``base``) or per state (``(*batch, ...)``). Runs in chunks of `CHUNK`
+    states laid out ``(n, ..., chunk)`` (a ``lax.map`` when there are several: each chunk's
+    arrays stay in cache)."""
+    batch = arrays[0].shape[:-1]
+    size = int(np.prod(batch, dtype=int))
     chunk = min(size, CHUNK)
     count = -(-size // chunk)
 
-    def split(x):  # (size, ...) -> (count, ..., chunk), padded with the last state
+    def split(x):  # (*batch, ...) -> (count, ..., chunk), padded with the last state
+        x = x.reshape((size,) + x.shape[len(batch) :])
         x = jnp.concatenate([x, jnp.repeat(x[-1:], count * chunk - size, axis=0)])
         return jnp.moveaxis(x.reshape((count, chunk) + x.shape[1:]), 1, -1)
 
-    def run(args):
-        return core(*args) if f_ext is not None else core(*args, None)
+    leaves, tree = jax.tree.flatten(params)
+    per_state = [x.ndim > d for x, d in zip(leaves, base)]
+    shared = [None if p else x[..., None] for x, p in zip(leaves, per_state)]
 
-    chunks = [split(x) for x in flat]
+    def run(args):
+        own, states = args
+        own = iter(own)
+        params = tree.unflatten([next(own) if s is None else s for s in shared])
+        return core(params, *states, *([] if with_f_ext else [None]))
+
+    chunks = ([split(x) for x, p in zip(leaves, per_state) if p], [split(x) for x in arrays])
     if count == 1:
-        out = jax.tree.map(lambda o: o[None], run([x[0] for x in chunks]))
+        out = jax.tree.map(lambda o: o[None], run(jax.tree.map(lambda x: x[0], chunks)))
     else:
         out = jax.lax.map(run, chunks)
 
@@ -452,18 +536,19 @@ def _batched(mech, core, f_ext=None, **states):
     return jax.tree.map(join, out)
 
 
+@eqx.filter_jit
 def joint_poses(mech: Mechanism, q: Float[Array, "... n"]):
     """Rotation ``(..., n, 3, 3)`` and origin ``(..., n, 3)`` of each body in its parent's frame."""
-    terms = jax.tree.map(_const, _pose_terms(mech))
-    return _batched(mech, lambda q, _: _joint_poses(terms, _angles(q)), q=q)
+    return _batched(mech, lambda params, q, _: _joint_poses(params.terms, _angles(q)), q=q)
 
 
+@eqx.filter_jit
 def forward_kinematics(mech: Mechanism, q: Float[Array, "... n"]):
     """World origin ``(..., n, 3)`` and rotation ``(..., n, 3, 3)`` of every body frame
     (positions first, as everywhere in loopdyn)."""
 
-    def core(q, _):
-        frames = _frames(mech, q)
+    def core(params, q, _):
+        frames = _frames(mech, params, q)
         return frames.position, frames.rotation
 
     return _batched(mech, core, q=q)
@@ -489,35 +574,38 @@ def propagation_matrices(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array,
 
 def ground_acceleration(mech: Mechanism) -> Float[Array, " d"]:
     """Twist-rate of the ground that stands for gravity: ``-[0; g]``."""
-    return _gravity(mech, mech.gravity.dtype)[:, 0]
+    return _gravity(mech)
 
 
-def _twists(mech, q, qd, _):
-    frames = _frames(mech, q, qd)
+def _twists(mech, params, q, qd, _):
+    frames = _frames(mech, params, q, qd)
     return _motion_to_body(mech.planar, frames.rotation, frames.position, frames.twist)
 
 
+@eqx.filter_jit
 def twists(mech: Mechanism, q, qd) -> Float[Array, "... n d"]:
     """Twist of every body in its own coordinates (seed 004 eq. 20)."""
     return _batched(mech, functools.partial(_twists, mech), q=q, qd=qd)
 
 
-def _twist_rates(mech, q, qd, qdd, _):
-    frames = _frames(mech, q, qd, qdd)
-    dt = frames.rate - _gravity(mech, q.dtype)
+def _twist_rates(mech, params, q, qd, qdd, _):
+    frames = _frames(mech, params, q, qd, qdd)
+    dt = frames.rate - params.gravity
     return _motion_to_body(mech.planar, frames.rotation, frames.position, dt)
 
 
+@eqx.filter_jit
 def twist_rates(mech: Mechanism, q, qd, qdd) -> Float[Array, "... n d"]:
     """Twist-rate (time derivative of the twist, without gravity) of every body."""
     return _batched(mech, functools.partial(_twist_rates, mech), q=q, qd=qd, qdd=qdd)
 
 
-def _body_wrenches(mech, q, qd, qdd, f_ext):
-    frames = _frames(mech, q, qd, qdd)
+def _body_wrenches(mech, params, q, qd, qdd, f_ext):
+    frames = _frames(mech, params, q, qd, qdd)
     return frames, _wrenches(mech, frames, _external(mech, frames, f_ext))
 
 
+@eqx.filter_jit
 def body_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None):
     """In the ground frame: every body's origin ``(..., n, 3)``, rotation ``(..., n, 3, 3)``,
     joint-rate propagation vector ``p_i`` ``(..., n, d)`` and Newton-Euler wrench less gravity
@@ -530,24 +618,26 @@ def body_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None):
     return _batched(mech, core, f_ext, q=q, qd=qd, qdd=qdd)
 
 
-def _joint_wrenches(mech, q, qd, qdd, f_ext):
+def _joint_wrenches(mech, params, q, qd, qdd, f_ext):
     """Body coordinates: the wrench each tree joint carries (recursive Newton-Euler)."""
-    frames, w = _body_wrenches(mech, q, qd, qdd, f_ext)
+    frames, w = _body_wrenches(mech, params, q, qd, qdd, f_ext)
     w = _subtree_sums(mech, w)
     return _force_to_body(mech.planar, frames.rotation, frames.position, w)
 
 
+@eqx.filter_jit
 def joint_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "... n d"]:
     """Wrench transmitted from each parent to its body through the tree joint (body coordinates):
     the recursive Newton-Euler backward pass (seed 002 eqs. 20-22, 30-33)."""
     return _batched(mech, functools.partial(_joint_wrenches, mech), f_ext, q=q, qd=qd, qdd=qdd)
 
 
-def _inverse_dynamics(mech, q, qd, qdd, f_ext):
-    frames, w = _body_wrenches(mech, q, qd, qdd, f_ext)
+def _inverse_dynamics(mech, params, q, qd, qdd, f_ext):
+    frames, w = _body_wrenches(mech, params, q, qd, qdd, f_ext)
     return _up(mech, lambda total, s: (_dot(s, total), total), w, frames.subspace)
 
 
+@eqx.filter_jit
 def inverse_dynamics(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "... n"]:
     """Joint forces ``tau = I qdd + C qd + gravity - (external)`` by the recursive Newton-Euler
     (DeNOC) algorithm (seed 000 eq. 6 without multipliers)."""
@@ -577,8 +667,8 @@ def _on_path(parent: tuple[int, ...]) -> np.ndarray:
     return on_path
 
 
-def _mass_matrix_blocks(mech, ranges, q, _):
-    frames = _frames(mech, q)
+def _mass_matrix_blocks(mech, ranges, params, q, _):
+    frames = _frames(mech, params, q)
     force = _mv(_subtree_sums(mech, frames.inertia), frames.subspace)
     on_path, s = _on_path(mech.parent), frames.subspace
     blocks = []
@@ -590,6 +680,7 @@ def _mass_matrix_blocks(mech, ranges, q, _):
     return blocks
 
 
+@eqx.filter_jit
 def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "... k k"]]:
     """The diagonal blocks of `mass_matrix` over the coordinate ``ranges`` ``(start, stop)``
     (e.g. ``mech.topology.coordinate_slices``: the subsystems' ``I_j``, seed 000 eq. 20), at the
@@ -597,9 +688,9 @@ def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "... k k
     return _batched(mech, functools.partial(_mass_matrix_blocks, mech, ranges), q=q)
 
 
-def _forward_dynamics(mech, q, qd, tau, f_ext):
+def _forward_dynamics(mech, params, q, qd, tau, f_ext):
     """The articulated-body recursion on the internal layout (see `forward_dynamics`)."""
-    frames = _frames(mech, q, qd)
+    frames = _frames(mech, params, q, qd)
     s, t, bias_acc = frames.subspace, frames.twist, frames.bias
     bias = _cross_force(mech.planar, t, _mv(frames.inertia, t)) - _external(mech, frames, f_ext)
 
@@ -623,9 +714,10 @@ def _forward_dynamics(mech, q, qd, tau, f_ext):
         qdd = d_inv * (u - _dot(u_vec, acc))
         return acc + s_i * qdd[..., None, :], qdd
 
-    return _down(mech, forward, _gravity(mech, q.dtype), (s, bias_acc, solved))
+    return _down(mech, forward, params.gravity, (s, bias_acc, solved))
 
 
+@eqx.filter_jit
 def forward_dynamics(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, "... n"]:
     """Joint accelerations of the open tree under ``tau`` and body wrenches ``f_ext`` by the O(n)
     articulated-body recursion: solves ``I qdd = tau - C qd - gravity + N^T f_ext``."""
