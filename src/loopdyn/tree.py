@@ -106,11 +106,6 @@ def _cross_force(planar, t, f):
     return jnp.concatenate([_cross(w, n) + _cross(v, force), _cross(w, force)], axis=-2)
 
 
-def _const(x):
-    """A parameter array without batch: a trailing batch axis of one."""
-    return jnp.asarray(x)[..., None]
-
-
 # Depth levels: the order of the sequential passes.
 
 
