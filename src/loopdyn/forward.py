@@ -17,8 +17,8 @@ Four methods solve them and give the same numbers:
   it, only for the non-zero blocks of J. The GICM blocks
   ``G_{r,s} = sum_j J_{r,j} I_hat_{s,j}^T`` are reduced by block Gaussian elimination in the
   static order of `topology.elimination_order` (seed 000 eqs. 34-36 and Appendix A.4), and the
-  accelerations follow from the O(n) articulated-body recursion with the multipliers applied as
-  joint forces ``J^T lam`` (seed 000 Fig. 2).
+  accelerations are ``qdd_j = phi_hat_j + sum_i I_hat_{i,j}^T lam_i`` (seed 000 eq. 21): one O(n)
+  articulated-body pass in all, for ``phi_hat``.
 - ``"embedding"``: minimal coordinates: with independent coordinates ``q_i`` and dependent ``q_d``,
   ``qd = T qd_i`` and ``qdd = T qdd_i + c`` with ``T = [1; -J_d^-1 J_i]``, ``J c = Psi``,
   ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
@@ -37,10 +37,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_factor, cho_solve
 from jaxtyping import Array, Bool, Float
 
-from . import forces, kinematics, tree
+from . import dense, forces, kinematics, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -103,9 +102,9 @@ def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
     n, m = mech.num_bodies, psi.shape[0]
     kkt = jnp.block([[tree.mass_matrix(mech, q), -jac.T], [jac, jnp.zeros((m, m), q.dtype)]])
     rhs = jnp.concatenate([generalized_forces(mech, q, qd, tau, f_ext), psi])
-    solution = jnp.linalg.solve(kkt, rhs)
+    solution = dense.solve(kkt, rhs)
     # The KKT matrix is singular exactly when J is rank deficient (I is positive definite).
-    s = jnp.linalg.svd(jac, compute_uv=False)
+    s = dense.singular_values(jac)
     singular = ~jnp.all(jnp.isfinite(solution)) | (
         (m > 0) & (jnp.min(s, initial=jnp.inf) ** 2 <= _PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2)
     )
@@ -115,19 +114,19 @@ def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
 def _system_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     """Seed 000 eqs. 11-12 with one Cholesky factorisation of the whole ``I``."""
     jac, psi = _dense_terms(mech, q, qd, baumgarte)
-    inertia = cho_factor(tree.mass_matrix(mech, q), lower=True)
-    phi_hat = cho_solve(inertia, generalized_forces(mech, q, qd, tau, f_ext))
-    i_hat_t = cho_solve(inertia, jac.T)
+    inertia = dense.cholesky(tree.mass_matrix(mech, q))
+    phi_hat = dense.cho_solve(inertia, generalized_forces(mech, q, qd, tau, f_ext))
+    i_hat_t = dense.cho_solve(inertia, jac.T)
     gicm = jac @ i_hat_t
-    factor = cho_factor(gicm, lower=True)
-    lam = cho_solve(factor, psi - jac @ phi_hat)
-    return Solution(phi_hat + i_hat_t @ lam, lam, _pivot_is_small(factor[0], gicm))
+    factor = dense.cholesky(gicm)
+    lam = dense.cho_solve(factor, psi - jac @ phi_hat)
+    return Solution(phi_hat + i_hat_t @ lam, lam, _pivot_is_small(factor, gicm))
 
 
 def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     """SSLM (seed 000 §3): subsystem-level ``phi_hat_j``, ``I_hat_{i,j}`` and GICM blocks from
-    the non-zero blocks of J only, block Gaussian elimination in the static order, then the
-    articulated-body recursion."""
+    the non-zero blocks of J only, block Gaussian elimination in the static order, then
+    ``qdd = phi_hat + I_hat^T lam`` (eq. 21)."""
     top = mech.topology
     phi, blocks, bias = kinematics.loop_block_terms(mech, q, qd)
     velocity = [
@@ -142,8 +141,8 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     i_hat_t = {}  # (i, j) -> I_j^-1 J_{i,j}^T
     for j, inertia in zip(acted_on, inertias):
         acting = [i for i, k in top.blocks if k == j]
-        factor = cho_factor(inertia, lower=True)
-        solved = cho_solve(factor, jnp.concatenate([blocks[i, j].T for i in acting], axis=1))
+        factor = dense.cholesky(inertia)
+        solved = dense.cho_solve(factor, jnp.concatenate([blocks[i, j].T for i in acting], axis=1))
         split = np.cumsum([top.loops[i].rows for i in acting])[:-1]
         i_hat_t.update(zip(((i, j) for i in acting), jnp.split(solved, split, axis=1)))
     # GICM blocks G_{r,s} (eq. 25) and the reduced right-hand side Psi_bar (eq. 23).
@@ -157,10 +156,9 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
             shared = set(loop.subsystems) & set(top.loops[s].subsystems)
             gicm[r, s] = sum(blocks[r, j] @ i_hat_t[s, j] for j in sorted(shared))
     lam, singular = _block_elimination(top.elimination_order, gicm, rhs)
-    forces_from_loops = jnp.zeros_like(tau)
-    for (i, j), block in blocks.items():
-        forces_from_loops = forces_from_loops.at[top.coordinates(j)].add(block.T @ lam[i])
-    qdd = tree.forward_dynamics(mech, q, qd, tau + forces_from_loops, f_bodies)
+    qdd = phi_hat
+    for (i, j), solved in i_hat_t.items():
+        qdd = qdd.at[top.coordinates(j)].add(solved @ lam[i])
     return Solution(qdd, jnp.concatenate(lam) if lam else psi, singular)
 
 
@@ -173,11 +171,11 @@ def _block_elimination(order, gicm, rhs):
     neighbours = {r: {s for (a, s) in gicm if a == r and s != r} for r in range(len(rhs))}
     done, factors, later, singular = set(), {}, {}, jnp.asarray(False)
     for k in order:
-        factors[k] = cho_factor(gicm[k, k], lower=True)
-        singular = singular | _pivot_is_small(factors[k][0], gicm[k, k])
+        factors[k] = dense.cholesky(gicm[k, k])
+        singular = singular | _pivot_is_small(factors[k], gicm[k, k])
         later[k] = sorted(neighbours[k] - done)
-        solved = {r: cho_solve(factors[k], gicm[k, r]) for r in later[k]}
-        step = cho_solve(factors[k], rhs[k])
+        solved = {r: dense.cho_solve(factors[k], gicm[k, r]) for r in later[k]}
+        step = dense.cho_solve(factors[k], rhs[k])
         for r in later[k]:
             rhs[r] = rhs[r] - gicm[r, k] @ step
             for s in later[k]:
@@ -189,7 +187,7 @@ def _block_elimination(order, gicm, rhs):
     lam = [None] * len(rhs)
     for k in reversed(order):
         coupled = sum((gicm[k, r] @ lam[r] for r in later[k]), jnp.zeros_like(rhs[k]))
-        lam[k] = cho_solve(factors[k], rhs[k] - coupled)
+        lam[k] = dense.cho_solve(factors[k], rhs[k] - coupled)
     return lam, singular
 
 
@@ -235,17 +233,17 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     independent = np.asarray(independent, dtype=int)
     jac, psi = _dense_terms(mech, q, qd, baumgarte)
     jac_d, jac_i = jac[:, dependent], jac[:, independent]
-    lu = jax.scipy.linalg.lu_factor(jac_d)
+    solved = dense.solve(jac_d, jnp.concatenate([jac_i, psi[:, None]], axis=1))
     t = jnp.zeros((n, independent.size), q.dtype)
     t = t.at[independent, jnp.arange(independent.size)].set(1.0)
-    t = t.at[dependent].set(-jax.scipy.linalg.lu_solve(lu, jac_i))
-    c = jnp.zeros(n, q.dtype).at[dependent].set(jax.scipy.linalg.lu_solve(lu, psi))
+    t = t.at[dependent].set(-solved[:, :-1])
+    c = jnp.zeros(n, q.dtype).at[dependent].set(solved[:, -1])
     inertia = tree.mass_matrix(mech, q)
     phi = generalized_forces(mech, q, qd, tau, f_ext)
-    reduced = cho_factor(t.T @ inertia @ t, lower=True)
-    qdd = t @ cho_solve(reduced, t.T @ (phi - inertia @ c)) + c
-    lam = jnp.linalg.lstsq(jac.T, inertia @ qdd - phi)[0]
-    s = jnp.linalg.svd(jac_d, compute_uv=False)
+    reduced = dense.cholesky(t.T @ inertia @ t)
+    qdd = t @ dense.cho_solve(reduced, t.T @ (phi - inertia @ c)) + c
+    lam = dense.lstsq(jac.T, inertia @ qdd - phi)
+    s = dense.singular_values(jac_d)
     singular = ~jnp.all(jnp.isfinite(qdd)) | (
         jnp.min(s, initial=jnp.inf) ** 2 <= _PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2
     )

@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import forces, kinematics, spatial, tree
+from . import dense, forces, kinematics, spatial, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -158,29 +158,6 @@ def solve_plan(mech: Mechanism, method: str = "subsystem") -> tuple[Step, ...]:
     return (*steps, _step(mech, tuple(remaining), rest))
 
 
-_UNROLL = 8  # square systems up to this size: elimination unrolled at trace time
-
-
-def _small_solve(a, b):
-    """``a^-1 b`` by Gaussian elimination with partial pivoting, unrolled at trace time: the row
-    swaps are one-hot arithmetic, so under ``vmap`` a batch of tiny systems becomes elementwise
-    work instead of one LAPACK call per system (several times faster on CPU, DESIGN notes)."""
-    n = a.shape[0]
-    rows = jnp.arange(n)
-    for k in range(n):  # forward elimination
-        pivot = k + jnp.argmax(jnp.abs(a[k:, k]))
-        swap = (rows == k).astype(a.dtype) - (rows == pivot).astype(a.dtype)
-        a = a - swap[:, None] * (a[k] - a[pivot])[None, :]
-        b = b - swap * (b[k] - b[pivot])
-        factor = a[k + 1 :, k] / a[k, k]
-        a = a.at[k + 1 :].add(-factor[:, None] * a[k])
-        b = b.at[k + 1 :].add(-factor * b[k])
-    x = [None] * n
-    for k in reversed(range(n)):  # back substitution
-        x[k] = (b[k] - sum((a[k, j] * x[j] for j in range(k + 1, n)), 0.0)) / a[k, k]
-    return jnp.stack(x)
-
-
 def _solve(matrix, rhs, num_actuators):
     """Unknowns ``[u; lambda]`` of ``matrix @ x = rhs``: a square solve, least squares when there
     are fewer unknowns than rows (a consistent motion satisfies the extra rows), and where there
@@ -188,13 +165,13 @@ def _solve(matrix, rhs, num_actuators):
     the projector off the range of the lambda columns."""
     rows, unknowns = matrix.shape
     if unknowns == rows:
-        return _small_solve(matrix, rhs) if rows <= _UNROLL else jnp.linalg.solve(matrix, rhs)
+        return dense.solve(matrix, rhs)
     if unknowns < rows:
-        return jnp.linalg.pinv(matrix) @ rhs
+        return dense.lstsq(matrix, rhs)
     b, lt = matrix[:, :num_actuators], matrix[:, num_actuators:]
-    lt_pinv = jnp.linalg.pinv(lt)
+    lt_pinv = dense.pinv(lt)
     off = jnp.eye(rows, dtype=rhs.dtype) - lt @ lt_pinv
-    u = jnp.linalg.pinv(off @ b) @ (off @ rhs)
+    u = dense.lstsq(off @ b, off @ rhs)
     return jnp.concatenate([u, lt_pinv @ (rhs - b @ u)])
 
 

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import spatial, tree
+from . import dense, spatial, tree
 from .mechanism import Mechanism
 
 _E = np.eye(3)
@@ -396,7 +396,7 @@ def _newton(mech, q, free, tol, max_iter):
     def step(state):
         q, phi, k, _ = state
         r = jnp.linalg.norm(phi)
-        dq = select @ -jnp.linalg.lstsq(loop_jacobian(mech, q) @ select, phi)[0]
+        dq = select @ -dense.lstsq(loop_jacobian(mech, q) @ select, phi)
 
         def too_long(search):
             alpha, phi_new = search
@@ -435,7 +435,7 @@ def _closed_jvp(free, tol, max_iter, primals, tangents):
     dq = d_guess * (1.0 - select.sum(axis=1))
     d_phi = jax.jvp(loop_residual, (mech, q), (d_mech, dq))[1]
     jac = loop_jacobian(mech, q) @ select
-    return q, dq - select @ (jnp.linalg.pinv(jac) @ d_phi)
+    return q, dq - select @ (dense.pinv(jac) @ d_phi)
 
 
 class Assembly(NamedTuple):
@@ -506,13 +506,13 @@ def project_velocity(
     if not mech.cut_joints or free.size == 0:
         return qd
     jac = loop_jacobian(mech, q)
-    return qd.at[free].add(-jnp.linalg.pinv(jac[:, free]) @ (jac @ qd))
+    return qd.at[free].add(-dense.pinv(jac[:, free]) @ (jac @ qd))
 
 
 def singular_values(mech: Mechanism, q: Float[Array, " n"], fixed=()) -> Float[Array, " k"]:
     """Singular values of J restricted to the free coordinates, largest first."""
     jac = loop_jacobian(mech, q)[:, np.asarray(free_coordinates(mech, fixed), dtype=int)]
-    return jnp.linalg.svd(jac, compute_uv=False)
+    return dense.singular_values(jac)
 
 
 def constraint_rank(

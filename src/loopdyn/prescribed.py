@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import inverse, kinematics
+from . import dense, inverse, kinematics
 from .mechanism import Mechanism
 
 
@@ -120,13 +120,12 @@ def _motion(mech, t, q_a, qd_a, qdd_a, q_guess, chosen, tol, max_iter):
     def rates(q, qd_a, qdd_a):
         jac = kinematics.loop_jacobian(mech, q)
         jac_d, jac_a = jac[:, others], jac[:, held]
-        lu = jax.scipy.linalg.lu_factor(jac_d)
         qd = jnp.zeros_like(q).at[held].set(qd_a)
-        qd = qd.at[others].set(jax.scipy.linalg.lu_solve(lu, -jac_a @ qd_a))
+        qd = qd.at[others].set(dense.solve(jac_d, -jac_a @ qd_a))
         psi = -kinematics.loop_bias(mech, q, qd)
         qdd = jnp.zeros_like(q).at[held].set(qdd_a)
-        qdd = qdd.at[others].set(jax.scipy.linalg.lu_solve(lu, psi - jac_a @ qdd_a))
-        s = jnp.linalg.svd(jac_d, compute_uv=False)
+        qdd = qdd.at[others].set(dense.solve(jac_d, psi - jac_a @ qdd_a))
+        s = dense.singular_values(jac_d)
         return qd, qdd, s[-1] / s[0]
 
     qd, qdd, conditioning = jax.vmap(rates)(q, qd_a, qdd_a)

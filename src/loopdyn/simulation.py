@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from . import energy, forward, kinematics
+from . import dense, energy, forward, kinematics
 from ._checks import check_arrays, check_finite
 from .io.files import write_atomic
 from .mechanism import Mechanism
@@ -125,11 +125,11 @@ def _on_manifold(mech, q, qd, iterations):
     dependent = _dependent(kinematics.loop_jacobian(mech, q))
     for _ in range(iterations):
         jac = kinematics.loop_jacobian(mech, q)
-        step = jnp.linalg.solve(jac[:, dependent], kinematics.loop_residual(mech, q))
+        step = dense.solve(jac[:, dependent], kinematics.loop_residual(mech, q))
         q = q.at[dependent].add(-step)
     jac = kinematics.loop_jacobian(mech, q)
     qd = qd.at[dependent].set(0.0)
-    return q, qd.at[dependent].set(-jnp.linalg.solve(jac[:, dependent], jac @ qd))
+    return q, qd.at[dependent].set(-dense.solve(jac[:, dependent], jac @ qd))
 
 
 def _torque(tau, t1):

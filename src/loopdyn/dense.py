@@ -1,0 +1,159 @@
+"""Small dense linear algebra unrolled at trace time: no LAPACK calls.
+
+The closed-loop methods solve many tiny systems (loop Jacobians of a few rows, subsystem inertia
+blocks). Under ``vmap`` jaxlib turns ``jnp.linalg`` calls into one LAPACK call per matrix, run by a
+batch loop on XLA's CPU thread pool. That loop is slow for matrices this small. It can also
+deadlock when two such calls run at once on a pool with as many threads as cores (seen with
+jax 0.10: both pool threads wait inside the batched SVD for work queued behind them). The
+versions here are elementwise arithmetic over the batch instead. Matrices larger than
+``UNROLL`` go to ``jnp.linalg`` (their LAPACK time dominates the batch loop anyway).
+
+- `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions.
+- `solve`: Gaussian elimination with partial pivoting (row swaps as one-hot arithmetic).
+- `svd`, `singular_values`, `pinv`, `lstsq`: one-sided Jacobi (Hestenes 1958): plane rotations
+  of the rows of ``A`` until they are mutually orthogonal; then ``A = U diag(s) V^T`` with the row
+  norms as ``s``. Accurate to a few ulps relative to ``|A|``, rank-revealing like LAPACK's SVD.
+  `pinv` differentiates by the pseudo-inverse's formula for constant rank (Golub and Pereyra
+  1973), not through the rotations.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+
+UNROLL = 16  # largest dimension unrolled; above it, jnp.linalg (LAPACK)
+SWEEPS = 10  # Jacobi sweeps: quadratic convergence reaches rounding level in 5-7 for n <= 16
+
+
+def cholesky(a):
+    """Lower-triangular ``L`` with ``L L^T = a`` (symmetric positive definite ``a``, lower
+    triangle read); NaN where ``a`` is not positive definite, like LAPACK's."""
+    n = a.shape[-1]
+    if n > UNROLL:
+        return jnp.linalg.cholesky(a)
+    columns = []
+    for j in range(n):
+        row = jnp.stack([c[j] for c in columns]) if columns else jnp.zeros((0,), a.dtype)
+        below = jnp.stack([c[j:] for c in columns], axis=1) if columns else None
+        column = a[j:, j] - (below @ row if columns else 0.0)
+        pivot = jnp.sqrt(column[0])
+        columns.append(jnp.concatenate([jnp.zeros(j, a.dtype), pivot[None], column[1:] / pivot]))
+    return jnp.stack(columns, axis=1)
+
+
+def _substitute(l, b, rows):
+    """``x`` with ``l x = b`` for triangular ``l``, solving the ``rows`` in the order given."""
+    x = {}
+    for k in rows:
+        known = [j for j in x]
+        coupled = sum((l[k, j] * x[j] for j in known), jnp.zeros_like(b[k]))
+        x[k] = (b[k] - coupled) / l[k, k]
+    return jnp.stack([x[k] for k in range(b.shape[0])])
+
+
+def cho_solve(l, b):
+    """``a^-1 b`` from ``l = cholesky(a)``; ``b`` a vector or a matrix of columns."""
+    n = l.shape[-1]
+    if n > UNROLL:
+        return jax.scipy.linalg.cho_solve((l, True), b)
+    y = _substitute(l, b, range(n))
+    return _substitute(l.T, y, reversed(range(n)))
+
+
+def solve(a, b):
+    """``a^-1 b`` for square ``a``, Gaussian elimination with partial pivoting."""
+    n = a.shape[-1]
+    if n > UNROLL:
+        return jnp.linalg.solve(a, b)
+    rows, trailing = jnp.arange(n), (1,) * (b.ndim - 1)
+    for k in range(n):  # forward elimination
+        pivot = k + jnp.argmax(jnp.abs(a[k:, k]))
+        swap = (rows == k).astype(a.dtype) - (rows == pivot).astype(a.dtype)
+        a = a - swap[:, None] * (a[k] - a[pivot])[None, :]
+        b = b - swap.reshape(n, *trailing) * (b[k] - b[pivot])[None]
+        factor = a[k + 1 :, k] / a[k, k]
+        a = a.at[k + 1 :].add(-factor[:, None] * a[k][None, :])
+        b = b.at[k + 1 :].add(-factor.reshape(n - k - 1, *trailing) * b[k][None])
+    return _substitute(a, b, reversed(range(n)))
+
+
+def _rotate(w, g, i, j):
+    """One Jacobi rotation making rows ``i`` and ``j`` of ``w`` orthogonal, applied to ``g`` too."""
+    alpha, beta, gamma = w[i] @ w[i], w[j] @ w[j], w[i] @ w[j]
+    done = gamma == 0.0
+    zeta = (beta - alpha) / (2.0 * jnp.where(done, 1.0, gamma))
+    t = jnp.where(done, 0.0, jnp.sign(zeta) / (jnp.abs(zeta) + jnp.hypot(1.0, zeta)))
+    t = jnp.where(done | (zeta != 0.0), t, 1.0)
+    c = 1.0 / jnp.sqrt(1.0 + t * t)
+    s = c * t
+    w = w.at[i].set(c * w[i] - s * w[j]).at[j].set(s * w[i] + c * w[j])
+    return w, g.at[i].set(c * g[i] - s * g[j]).at[j].set(s * g[i] + c * g[j])
+
+
+@jax.jit
+def _jacobi(a):
+    """Rows ``w = g a`` mutually orthogonal, ``g`` orthogonal, for ``a`` with ``m <= n`` rows."""
+    m = a.shape[0]
+    pairs = list(itertools.combinations(range(m), 2))
+
+    def sweep(_, state):
+        for i, j in pairs:
+            state = _rotate(*state, i, j)
+        return state
+
+    return jax.lax.fori_loop(0, SWEEPS, sweep, (a, jnp.eye(m, dtype=a.dtype)))
+
+
+def svd(a):
+    """``(u, s, vt)`` with ``a = u @ diag(s) @ vt``, ``s`` descending, thin (``k = min(m, n)``)."""
+    m, n = a.shape
+    if min(m, n) > UNROLL:
+        return jnp.linalg.svd(a, full_matrices=False)
+    if m > n:
+        u, s, vt = svd(a.T)
+        return vt.T, s, u.T
+    w, g = _jacobi(a)
+    s = jnp.linalg.norm(w, axis=1)
+    vt = w / jnp.where(s > 0.0, s, 1.0)[:, None]
+    order = jnp.argsort(-s)
+    return g.T[:, order], s[order], vt[order]
+
+
+def singular_values(a):
+    """Singular values of ``a``, descending."""
+    if min(a.shape) > UNROLL:
+        return jnp.linalg.svd(a, compute_uv=False)
+    return svd(a)[1]
+
+
+def _rtol(a):
+    return 10.0 * max(a.shape) * jnp.finfo(a.dtype).eps
+
+
+@jax.custom_jvp
+def pinv(a):
+    """Moore-Penrose pseudo-inverse, singular values below ``10 max(m, n) eps`` times the largest
+    dropped (as ``jnp.linalg.pinv``)."""
+    if min(a.shape) > UNROLL:
+        return jnp.linalg.pinv(a)
+    u, s, vt = svd(a)
+    keep = s > _rtol(a) * jnp.max(s, initial=0.0)
+    return (vt.T * jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)) @ u.T
+
+
+@pinv.defjvp
+def _pinv_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    p = pinv(a)
+    dp = (
+        -p @ da @ p
+        + p @ p.T @ da.T @ (jnp.eye(a.shape[0], dtype=a.dtype) - a @ p)
+        + (jnp.eye(a.shape[1], dtype=a.dtype) - p @ a) @ da.T @ p.T @ p
+    )
+    return p, dp
+
+
+def lstsq(a, b):
+    """Minimum-norm least-squares solution of ``a x = b`` (``pinv(a) @ b``)."""
+    return pinv(a) @ b
