@@ -1,7 +1,8 @@
 """Monte Carlo at scale (issue 8): 10,000 five-second 3-RRR simulations (Tsit5, rtol = atol =
 1e-6, Baumgarte, SSLM) with 5 % mass and 1 mm placement tolerances, free motion from rest under
-gravity, by `loopdyn.montecarlo.run` in one process per core (`jax.distributed` on localhost,
-one XLA device each) into one zarr store; beside it, on a
+gravity, by `loopdyn.montecarlo.run` two ways, each into its zarr store: one process whose CPU is
+split into one XLA device per core (each chunk sharded over them), and one process per core
+(`jax.distributed` on localhost, one XLA device each); beside it, on a
 subset of the same samples, a loop over single `loopdyn.simulate` calls and Pinocchio's exact
 constrained dynamics (`constraintDynamics`, one 3-D point constraint per cut joint, proximal
 accuracy 1e-12) in a Python loop with fixed-step RK4 taking as many dynamics evaluations as
@@ -54,7 +55,7 @@ def sample_state(mech, sampler, options, index):
 def worker(args, mech, sampler, options):
     """One of the study's processes: compile on one chunk each (a warm-up store), then run the
     study; process 0 prints the timings as a JSON line."""
-    folder, chunks = Path(args.folder), args.processes * args.chunk
+    folder, chunks = Path(args.folder), jax.device_count() * args.chunk
     start = time.perf_counter()
     montecarlo.run(
         mech,
@@ -81,8 +82,14 @@ def worker(args, mech, sampler, options):
         print(json.dumps({"first": first, "elapsed": elapsed, "stats": stats}), flush=True)
 
 
-def study(args, folder):
-    """Run the study in one worker process per core; returns process 0's timings."""
+def study(args, folder, processes):
+    """Run the study in ``processes`` worker processes (one XLA device each), or with
+    ``processes=1`` in one process with one forced host device per core; returns process 0's
+    timings. The store is ``folder/study.zarr``."""
+    folder.mkdir()
+    env = dict(os.environ)
+    if processes == 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.cores}"
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
@@ -98,11 +105,11 @@ def study(args, folder):
         "--port",
         str(port),
         "--processes",
-        str(args.processes),
+        str(processes),
     ]
     workers = [
-        subprocess.Popen([*common, "--worker", str(k)], stdout=subprocess.PIPE, text=True)
-        for k in range(args.processes)
+        subprocess.Popen([*common, "--worker", str(k)], stdout=subprocess.PIPE, text=True, env=env)
+        for k in range(processes)
     ]
     outputs = [w.communicate()[0] for w in workers]
     if any(w.returncode for w in workers):
@@ -223,6 +230,7 @@ def report(info, r):
     pin_run = float(np.median(r["pinocchio_s"]))
     full = r["study_s"] * 10_000 / n  # the 10,000-run study (measured when n = 10,000)
     met = full < 60.0
+    evals = 6 * (r["steps_median"] + r["rejected_median"])
     lines = [
         "# Monte Carlo at scale: loopdyn.montecarlo vs single simulate calls and Pinocchio",
         "",
@@ -239,11 +247,12 @@ def report(info, r):
         f"rtol = atol = {TOL:g}, Baumgarte (10, 10), SSLM, {SAVES} saves; masses x (1 + 0.05 u), "
         "every joint placement coordinate + 0.001 u m, u uniform on [-1, 1]; the actuated "
         f"angles held while re-assembling. Chunks of {r['chunk']} runs, each one `jit(vmap)` "
-        f"call, shared out over {r['devices']} processes (`jax.distributed` on localhost, one "
-        "per core, one XLA device each), all writing into one zarr store. Not one process "
-        "with one forced XLA host device per core: on this 2-core machine that deadlocks at "
-        "this batch size (both XLA CPU pool threads wait inside jaxlib's batched LAPACK SVD "
-        "kernel, `jax::ParallelBatchMap`, for work queued on the same pool).",
+        f"call. Two ways, one after the other: (a) one process whose CPU is split into "
+        f"{r['devices']} XLA devices (`--xla_force_host_platform_device_count`), each chunk "
+        f"sharded over them by `jax.sharding`; (b) {r['devices']} processes (`jax.distributed` "
+        "on localhost, one XLA device each) sharing out the chunks, writing into one zarr "
+        "store. Both reach the same outcomes; their saved angles up to 1 s differ by at most "
+        f"{r['ways_diff']:.1e} rad.",
         "",
         "## Targets (issue 8)",
         "",
@@ -257,16 +266,20 @@ def report(info, r):
         "",
         "| way | runs timed | per run ms | runs/s | whole study (10,000 runs) s |",
         "|---|---:|---:|---:|---:|",
-        f"| `montecarlo.run`, {r['devices']} processes | {n} | {1e3 * per_run:.2f} | "
+        f"| `montecarlo.run`, 1 process, {r['devices']} devices | {n} | {1e3 * per_run:.2f} | "
         f"{n / r['study_s']:.1f} | {r['study_s'] * 10_000 / n:.1f} |",
+        f"| `montecarlo.run`, {r['devices']} processes | {n} | "
+        f"{1e3 * r['processes_study_s'] / n:.2f} | {n / r['processes_study_s']:.1f} | "
+        f"{r['processes_study_s'] * 10_000 / n:.1f} |",
         f"| loop of single `simulate` calls | {len(r['simulate_loop_s'])} | {1e3 * sim_run:.2f} | "
         f"{1 / sim_run:.1f} | {sim_run * 10_000:.0f} (extrapolated) |",
         f"| Pinocchio `constraintDynamics` + RK4 in Python, one core | {len(r['pinocchio_s'])} | "
         f"{1e3 * pin_run:.2f} | {1 / pin_run:.1f} | {pin_run * 10_000:.0f} (extrapolated; "
         f"{pin_run * 10_000 / r['devices']:.0f} on {r['devices']} cores if perfectly split) |",
         "",
-        f"- Compilation: the first chunk of {r['chunk']} runs (trace, compile, run, store) took "
-        f"{r['first_chunk_s']:.1f} s; the single `simulate` program's first call "
+        f"- Compilation: the first chunk of {r['chunk']} runs per device (trace, compile, run, "
+        f"store) took {r['first_chunk_s']:.1f} s (way a; {r['processes_first_chunk_s']:.1f} s "
+        "way b); the single `simulate` program's first call "
         f"{r['simulate_first_s']:.1f} s. The study's time above excludes compilation (compiled "
         "once per study setup and reused by every chunk); with it, add the first chunk's time "
         "less one chunk's share.",
@@ -311,15 +324,18 @@ def report(info, r):
         "",
         "## Analysis",
         "",
-        f"- Per run, the study costs {1e3 * per_run:.1f} ms of wall time on "
-        f"{r['devices']} processes, i.e. {1e3 * per_run * r['devices']:.1f} ms of one core: "
-        f"{sim_run / per_run:.1f}x the throughput of single `simulate` calls and "
-        f"{pin_run / per_run:.1f}x that of the Pinocchio loop on one core.",
-        "- What bounds it: each run takes ~6 forward-dynamics evaluations per Tsit5 step over "
-        "several hundred steps, and a batched SSLM evaluation of the 3-RRR costs ~11 us per state "
-        "(benchmarks/results/closed_loop.md), so a five-second run costs tens of ms of one core "
-        "in the dynamics alone; the Monte Carlo layer (sampling, assembly, store) adds little. "
-        "The 60 s goal needs the per-state dynamics several times faster.",
+        f"- Per run, the study (way a) costs {1e3 * per_run:.1f} ms of wall time on "
+        f"{r['devices']} cores, i.e. {1e3 * per_run * r['devices']:.1f} ms of one core. Per "
+        f"machine that is {sim_run / per_run:.1f}x the throughput of single `simulate` calls (one "
+        f"core) and {pin_run / (per_run * r['devices']):.2f}x that of the Pinocchio loop split "
+        f"perfectly over {r['devices']} cores; per core the same "
+        f"{pin_run / (per_run * r['devices']):.2f}x (above 1: loopdyn faster).",
+        f"- What bounds it: a run takes about 6 x ({r['steps_median']:.0f} + "
+        f"{r['rejected_median']:.0f}) = {evals:.0f} dynamics evaluations (median; a chunk "
+        "steps until its slowest run ends), so one core spends about "
+        f"{1e6 * per_run * r['devices'] / evals:.1f} us per evaluation and state, integrator, "
+        "sampling, assembly and store included. The 60 s goal needs that near "
+        f"{1e6 * 60 / 10_000 * r['devices'] / evals:.1f} us.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -331,14 +347,15 @@ def main():
     parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--subset", type=int, default=10, help="runs of each loop")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--processes", type=int, default=os.cpu_count(), help="one per core")
+    parser.add_argument("--cores", type=int, default=os.cpu_count(), help="devices or processes")
+    parser.add_argument("--processes", type=int, help=argparse.SUPPRESS)
     for name in ("--worker", "--port"):  # internal: a worker process of the study
         parser.add_argument(name, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.n, args.chunk, args.subset = 200, 100, 2
-    if args.worker is not None:  # before anything starts JAX's backends
+    if args.worker is not None and args.processes > 1:  # before anything starts JAX's backends
         jax.distributed.initialize(f"localhost:{args.port}", args.processes, args.worker)
     mech = mechanisms.three_rrr()
     sampler = montecarlo.tolerances(mech, MASS_TOL, LENGTH_TOL)
@@ -350,9 +367,21 @@ def main():
     info["load_average_start"] = info.pop("load_average")
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
-        first, elapsed, stats = study(args, folder)
-        print(f"study: {args.n} runs in {elapsed:.1f} s; first chunk {first:.1f} s", flush=True)
-        store = zarr.open_group(str(folder / "study.zarr"), mode="r")
+        ways = {}
+        for way, processes in (("devices", 1), ("processes", args.cores)):
+            ways[way] = dict(
+                zip(("first", "elapsed", "stats"), study(args, folder / way, processes))
+            )
+            print(f"{way}: {args.n} runs in {ways[way]['elapsed']:.1f} s", flush=True)
+        first, elapsed, stats = (ways["devices"][k] for k in ("first", "elapsed", "stats"))
+        if ways["processes"]["stats"]["codes"] != stats["codes"]:
+            raise RuntimeError("the two ways of running the study disagree on the outcomes")
+        store = zarr.open_group(str(folder / "devices" / "study.zarr"), mode="r")
+        other = zarr.open_group(str(folder / "processes" / "study.zarr"), mode="r")
+        early = slice(0, (SAVES - 1) // 5 + 1)  # the saves up to 1 s
+        ways_diff = float(
+            np.max(np.abs(store["trajectory/q"][:, early] - other["trajectory/q"][:, early]))
+        )
         indices = list(range(args.subset))
         sim_first, sim_times, sim_diff = simulate_loop(mech, sampler, options, indices, store)
         print(f"simulate loop: {np.median(sim_times):.3f} s per run", flush=True)
@@ -366,9 +395,12 @@ def main():
     results = {
         "n": args.n,
         "chunk": args.chunk,
-        "devices": args.processes,
+        "devices": args.cores,
         "first_chunk_s": first,
         "study_s": elapsed,
+        "processes_first_chunk_s": ways["processes"]["first"],
+        "processes_study_s": ways["processes"]["elapsed"],
+        "ways_diff": ways_diff,
         "stats": stats,
         "steps_median": float(np.median(steps)),
         "steps_max": float(np.max(steps)),

@@ -62,9 +62,8 @@ def add_parser(subparsers):
     cmd.add_argument(
         "--host-devices",
         type=int,
-        help="split the CPU into this many XLA devices; keep it below the number of cores (with "
-        "one per core XLA's CPU pool can deadlock in batched linear algebra): for every core, "
-        "run one process per core with --coordinator instead",
+        help="split the CPU into this many XLA devices (e.g. one per core) in this process; "
+        "across hosts use --coordinator instead",
     )
     cmd.add_argument("--coordinator", help="jax.distributed coordinator host:port (multi-host)")
     cmd.add_argument("--num-processes", type=int, default=1)

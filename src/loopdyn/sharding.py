@@ -10,12 +10,11 @@ or, first thing in a script, ``os.environ["XLA_FLAGS"] = "--xla_force_host_platf
 before ``import jax``. Results do not depend on the number of devices: each state's computation is
 the same program.
 
-Known hang (jax 0.10, CPU): with as many forced host devices as cores, programs that call
-jaxlib's batched LAPACK kernels on large batches (the SVDs behind ``lstsq``/``pinv`` in loop
-assembly and velocity projection, the dense KKT method) can deadlock: every thread of XLA's CPU
-pool waits inside the LAPACK kernel for work queued on that same pool. The tree functions use no
-LAPACK. For closed-loop studies on all cores, run one process per core (``jax.distributed``, as
-`montecarlo` does) or keep fewer host devices than cores.
+With as many forced host devices as cores, jaxlib's batched LAPACK kernels could deadlock
+(jax 0.10, CPU: every thread of XLA's pool waited inside the kernel for work queued on that same
+pool). The closed-loop methods therefore solve their small systems with `loopdyn.dense`, which
+calls no LAPACK for matrices up to ``dense.UNROLL`` rows; larger ones (subsystems of more than
+that many coordinates) still do.
 """
 
 from collections.abc import Callable, Sequence
