@@ -15,13 +15,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m loopdyn.cli demo
 
-# One process per test file (a long single process that compiled hundreds of XLA programs aborted
-# inside XLA's compiler; each file passes on its own), JOBS files at a time (default: one per
+# One process per test file (a long single process that compiled hundreds of XLA programs ran out
+# of memory mappings, vm.max_map_count, and aborted inside XLA's compiler; see tests/conftest.py), JOBS files at a time (default: one per
 # core). Exit 5 = all deselected (slow) counts as a pass. TESTS picks files.
+# The longest files start first, so the last ones to finish are short.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-TESTS ?= tests/test_*.py
+LONG := forward inverse kinematics simulate gradients inverse_motion tree montecarlo fit dense
+FIRST := $(LONG:%=tests/test_%.py)
+TESTS ?= $(FIRST) $(filter-out $(FIRST),$(wildcard tests/test_*.py))
 test: $(STAMP)
-	@ls $(TESTS) | xargs -P $(JOBS) -I{} sh -c '\
+	@printf "%s\n" $(TESTS) | xargs -P $(JOBS) -I{} sh -c '\
 	  out=$$($(BIN)/python -m pytest -p no:cacheprovider {} 2>&1); code=$$?; \
 	  [ $$code -eq 5 ] && code=0; printf "== %s (exit %s)\n%s\n" {} $$code "$$out"; exit $$code' \
 	  || { echo "make test: a test file failed (see its exit code above)"; exit 1; }

@@ -11,7 +11,7 @@ import pytest
 
 from loopdyn import dense
 
-SHAPES = [(1, 1), (2, 3), (6, 7), (6, 9), (9, 6), (12, 16), (16, 16)]
+SHAPES = [(1, 1), (2, 3), (6, 9), (9, 6), (16, 16)]
 
 
 def _relative(a, b):
@@ -46,7 +46,7 @@ def test_rank_deficient_and_ill_conditioned():
     assert np.max(np.abs(s - graded)) < 1e-15  # absolute accuracy eps |A|, as LAPACK's
 
 
-@pytest.mark.parametrize("n", [1, 3, 7, 16, 17])
+@pytest.mark.parametrize("n", [1, 7, 17])
 def test_cholesky_and_solves_match_lapack(n):
     rng = np.random.default_rng(n)
     a = rng.normal(size=(n, n))

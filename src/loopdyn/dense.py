@@ -26,6 +26,7 @@ UNROLL = 16  # largest dimension unrolled; above it, jnp.linalg (LAPACK)
 SWEEPS = 10  # Jacobi sweeps: quadratic convergence reaches rounding level in 5-7 for n <= 16
 
 
+@jax.jit
 def cholesky(a):
     """Lower-triangular ``L`` with ``L L^T = a`` (symmetric positive definite ``a``, lower
     triangle read); NaN where ``a`` is not positive definite, like LAPACK's."""
@@ -52,6 +53,7 @@ def _substitute(l, b, rows):
     return jnp.stack([x[k] for k in range(b.shape[0])])
 
 
+@jax.jit
 def cho_solve(l, b):
     """``a^-1 b`` from ``l = cholesky(a)``; ``b`` a vector or a matrix of columns."""
     n = l.shape[-1]
@@ -61,6 +63,7 @@ def cho_solve(l, b):
     return _substitute(l.T, y, reversed(range(n)))
 
 
+@jax.jit
 def solve(a, b):
     """``a^-1 b`` for square ``a``, Gaussian elimination with partial pivoting."""
     n = a.shape[-1]
@@ -105,6 +108,7 @@ def _jacobi(a):
     return jax.lax.fori_loop(0, SWEEPS, sweep, (a, jnp.eye(m, dtype=a.dtype)))
 
 
+@jax.jit
 def svd(a):
     """``(u, s, vt)`` with ``a = u @ diag(s) @ vt``, ``s`` descending, thin (``k = min(m, n)``)."""
     m, n = a.shape
@@ -120,6 +124,7 @@ def svd(a):
     return g.T[:, order], s[order], vt[order]
 
 
+@jax.jit
 def singular_values(a):
     """Singular values of ``a``, descending."""
     if min(a.shape) > UNROLL:
@@ -131,18 +136,21 @@ def _rtol(a):
     return 10.0 * max(a.shape) * jnp.finfo(a.dtype).eps
 
 
-@jax.custom_jvp
+@jax.jit
 def pinv(a):
     """Moore-Penrose pseudo-inverse, singular values below ``10 max(m, n) eps`` times the largest
     dropped (as ``jnp.linalg.pinv``)."""
-    if min(a.shape) > UNROLL:
-        return jnp.linalg.pinv(a)
+    return jnp.linalg.pinv(a) if min(a.shape) > UNROLL else _pinv(a)
+
+
+@jax.custom_jvp
+def _pinv(a):
     u, s, vt = svd(a)
     keep = s > _rtol(a) * jnp.max(s, initial=0.0)
     return (vt.T * jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)) @ u.T
 
 
-@pinv.defjvp
+@_pinv.defjvp
 def _pinv_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     p = pinv(a)
@@ -154,6 +162,7 @@ def _pinv_jvp(primals, tangents):
     return p, dp
 
 
+@jax.jit
 def lstsq(a, b):
     """Minimum-norm least-squares solution of ``a x = b`` (``pinv(a) @ b``)."""
     return pinv(a) @ b

@@ -253,6 +253,7 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
 _SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem_multipliers}
 
 
+@eqx.filter_jit
 def solve(
     mech, q, qd, tau, f_ext=None, method="sslm", baumgarte=None, independent=None
 ) -> Solution:

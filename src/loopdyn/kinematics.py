@@ -242,6 +242,7 @@ def _dot(a, b):
     return jnp.sum(a * b, axis=-1)
 
 
+@eqx.filter_jit
 def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
     """Stacked position constraints ``Phi(q)`` of all cut joints, loop by loop (zero when every
     loop is closed; rows in the module docstring)."""
@@ -318,6 +319,7 @@ def _bias(ends, rows, e, x):
     return _dot(dde, x) + 2.0 * _dot(de, dx) + _dot(e, ddx)
 
 
+@eqx.filter_jit
 def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]:
     """Constraint Jacobian ``J = dPhi/dq`` (seed 000 eqs. 13-16) from the joint twists carried to
     the cut frames, not by automatic differentiation."""
@@ -327,6 +329,7 @@ def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]
     return _dense(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
 
 
+@eqx.filter_jit
 def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[int, int], Array]:
     """The non-zero blocks ``J_{i,j}`` ``(m_i, n_j)`` of loop i and subsystem j (seed 000 eqs.
     14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``, computed from the
@@ -335,6 +338,7 @@ def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[i
     return _blocks(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
 
 
+@eqx.filter_jit
 def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " m"]:
     """``J' qd``, the constraint acceleration at ``qdd = 0``, from the twists and twist-rates of
     the tree (`_ends`), not by automatic differentiation. The acceleration constraint is
@@ -345,6 +349,7 @@ def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) ->
     return _bias(ends, rows, *_directions(ends, rows))
 
 
+@eqx.filter_jit
 def loop_terms(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
@@ -356,6 +361,7 @@ def loop_terms(
     return _dot(e, x), _dense(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
 
 
+@eqx.filter_jit
 def loop_block_terms(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> tuple[Float[Array, " m"], dict[tuple[int, int], Array], Float[Array, " m"]]:
@@ -497,6 +503,7 @@ def assemble(
     return result.q
 
 
+@eqx.filter_jit
 def project_velocity(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"], fixed=()
 ) -> Float[Array, " n"]:
@@ -509,6 +516,7 @@ def project_velocity(
     return qd.at[free].add(-dense.pinv(jac[:, free]) @ (jac @ qd))
 
 
+@eqx.filter_jit
 def singular_values(mech: Mechanism, q: Float[Array, " n"], fixed=()) -> Float[Array, " k"]:
     """Singular values of J restricted to the free coordinates, largest first."""
     jac = loop_jacobian(mech, q)[:, np.asarray(free_coordinates(mech, fixed), dtype=int)]
