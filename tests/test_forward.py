@@ -46,9 +46,10 @@ def random_states(name, count=3, seed=0):
 
 
 @eqx.filter_jit
-def batched(mech, q, qd, tau, method, independent):
-    solve = functools.partial(forward.solve, method=method, independent=independent)
-    return jax.vmap(lambda q, qd, tau: solve(mech, q, qd, tau))(q, qd, tau)
+def batched(mech, q, qd, tau, methods, independent):
+    """``{method: Solution}`` over the states, every method in one program (one compilation)."""
+    solve = functools.partial(forward.solve, mech, independent=independent)
+    return {m: jax.vmap(functools.partial(solve, method=m))(q, qd, tau) for m in methods}
 
 
 def relative(a, b):
@@ -60,7 +61,7 @@ def test_methods_agree_and_satisfy_constraints(name):
     mech = library(name)
     q, qd, tau = random_states(name)
     independent = forward.independent_coordinates(mech)
-    results = {m: batched(mech, q, qd, tau, m, independent) for m in forward.METHODS}
+    results = batched(mech, q, qd, tau, forward.METHODS, independent)
     reference = results["system"]
     assert not np.any(reference.singular)
     for method, result in results.items():
@@ -155,7 +156,7 @@ def test_matches_pinocchio_constraint_dynamics(name):
     settings = pin.ProximalSettings(1e-14, 1e-10, 100)  # mu > 0: planar z rows are redundant
     q, qd, tau = random_states(name)
     independent = forward.independent_coordinates(mech)
-    ours = batched(mech, q, qd, tau, "sslm", independent)
+    ours = batched(mech, q, qd, tau, ("sslm",), independent)["sslm"]
     for k in range(q.shape[0]):
         args = (np.asarray(q[k]), np.asarray(qd[k]), np.asarray(tau[k]))
         theirs = pin.constraintDynamics(model, data, *args, constraints, datas, settings)
