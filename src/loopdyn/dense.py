@@ -47,8 +47,7 @@ def _substitute(l, b, rows):
     """``x`` with ``l x = b`` for triangular ``l``, solving the ``rows`` in the order given."""
     x = {}
     for k in rows:
-        known = [j for j in x]
-        coupled = sum((l[k, j] * x[j] for j in known), jnp.zeros_like(b[k]))
+        coupled = sum((l[k, j] * x[j] for j in x), jnp.zeros_like(b[k]))
         x[k] = (b[k] - coupled) / l[k, k]
     return jnp.stack([x[k] for k in range(b.shape[0])])
 

@@ -273,11 +273,6 @@ def check_method(method: str, function: str = "forward_dynamics") -> str:
     return method
 
 
-@eqx.filter_jit
-def _compiled(mech, q, qd, tau, f_ext, method, independent):
-    return solve(mech, q, qd, tau, f_ext, method, independent=independent)
-
-
 def forward_dynamics(
     mech: Mechanism,
     q: Float[Array, " n"],
@@ -304,7 +299,7 @@ def forward_dynamics(
     check_method(method)
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
-    result = _compiled(mech, q, qd, tau, f_ext, method, tuple(independent or ()))
+    result = solve(mech, q, qd, tau, f_ext, method, independent=tuple(independent or ()))
     if _is_concrete(result.singular):
         if bool(result.singular):
             kinematics.check_jacobian(mech, q)  # raises naming the loop where it can
