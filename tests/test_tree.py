@@ -31,11 +31,12 @@ ROWS = np.array(spatial.PLANAR_ROWS)
 OTHER = np.setdiff1d(np.arange(6), ROWS)
 
 
-def assert_close(actual, expected, rtol):
-    """``max |actual - expected| <= rtol * max |expected|`` (max-norm relative error)."""
+def assert_close(actual, expected, rtol, scale=0.0):
+    """``max |actual - expected| <= rtol * max(max |expected|, scale)`` (max-norm relative error;
+    ``scale`` for quantities that vanish in some cases)."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    error = np.max(np.abs(actual - expected)) / np.max(np.abs(expected))
+    error = np.max(np.abs(actual - expected)) / max(np.max(np.abs(expected)), scale)
     assert error <= rtol, f"relative error {error:.2e} > {rtol:.0e}"
 
 
@@ -50,6 +51,8 @@ def random_states(seed, n, k=2, dim=6):
 
 def evaluate(mech, s):
     """Every `tree` function at the states ``s``, one jitted program over their native batch."""
+
+    n = mech.num_bodies
 
     @jax.jit
     def batch(q, qd, qdd, tau, f_ext):
@@ -70,6 +73,9 @@ def evaluate(mech, s):
             "rates": tree.twist_rates(mech, q, qd, qdd),
             "fd_of_id": tree.forward_dynamics(mech, q, qd, tau_id),
             "fd_of_id_ext": tree.forward_dynamics(mech, q, qd, tau_ext, f_ext),
+            "motion": tree.body_motion(mech, q, qd),
+            "terms": tree.subsystem_terms(mech, q, qd, tau, [(0, n), (n // 2, n)], f_ext),
+            "blocks": tree.mass_matrix_blocks(mech, q, [(0, n), (n // 2, n)]),
         }
 
     return jax.tree.map(np.asarray, batch(s.q, s.qd, s.qdd, s.tau, s.f_ext))
@@ -91,7 +97,7 @@ def pinocchio_results(model, mech, s):
         pin.SE3(r, p).inverse()
         for r, p in zip(np.asarray(mech.child_rotation), np.asarray(mech.child_position))
     ]
-    out = []
+    out, n = [], model.njoints
     for q, qd, qdd, tau, f_ext in zip(s.q, s.qd, s.qdd, s.tau, s.f_ext):
         fext = pinocchio_forces(f_ext, body_in_joint)
         r = {
@@ -116,6 +122,13 @@ def pinocchio_results(model, mech, s):
         r["rates"] = [
             swap_vector(b.actInv(data.a[i + 1]).vector) for i, b in enumerate(body_in_joint)
         ]
+        r["world_twists"] = [swap_vector(data.oMi[i].act(data.v[i]).vector) for i in range(1, n)]
+        pin.forwardKinematics(model, data, q, qd, np.zeros_like(qdd))
+        r["world_rates"] = [swap_vector(data.oMi[i].act(data.a[i]).vector) for i in range(1, n)]
+        jacobian = np.reshape(
+            pin.computeJointJacobians(model, data, q), (6, -1)
+        )  # (6,) when nv = 1
+        r["axes"] = [swap_vector(c) for c in jacobian.T]
         out.append(r)
     return {k: np.array([r[k] for r in out]) for k in out[0]}
 
@@ -179,6 +192,30 @@ QUANTITIES = {
 @pytest.mark.parametrize("quantity", sorted(QUANTITIES))
 def test_matches_pinocchio(case, quantity):
     assert_close(case.ours[quantity], case.ref[quantity], 1e-9)
+
+
+def test_body_motion_matches_pinocchio_in_world_axes(case):
+    """`tree.body_motion` at the world origin: Pinocchio's ``oMi.act(v)``, ``oMi.act(a)`` at
+    ``qdd = 0`` (no gravity; zero for a single joint: scaled by the squared twists) and the
+    columns of its world joint Jacobian."""
+    motion, ref = case.ours["motion"], case.ref
+    assert_close(motion.twist, ref["world_twists"], 1e-9)
+    squared = float(np.max(np.abs(ref["world_twists"]))) ** 2
+    assert_close(motion.acceleration, ref["world_rates"], 1e-9, squared)
+    assert_close(motion.axes, ref["axes"], 1e-9)
+
+
+def test_subsystem_terms_equal_the_separate_passes(case):
+    """One pass of `tree.subsystem_terms` gives what `forward_dynamics`, `mass_matrix_blocks` and
+    `body_motion` give apart."""
+    qdd, blocks, motion = case.ours["terms"]
+    assert_close(qdd, case.ours["fd_ext"], 1e-12)
+    for ours, separate in zip(blocks, case.ours["blocks"]):
+        assert_close(ours, separate, 1e-12)
+    assert_close(case.ours["blocks"][0], case.ours["mass"], 1e-12)
+    for ours, separate in zip(motion, case.ours["motion"]):
+        np.testing.assert_allclose(ours, separate, rtol=1e-12, atol=1e-15)
+    assert_close(motion.position, case.ours["position"], 1e-12)
 
 
 def test_forward_dynamics_inverts_inverse_dynamics(case):

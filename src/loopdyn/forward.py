@@ -128,16 +128,17 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     the non-zero blocks of J only, block Gaussian elimination in the static order, then
     ``qdd = phi_hat + I_hat^T lam`` (eq. 21)."""
     top = mech.topology
-    phi, blocks, bias = kinematics.loop_block_terms(mech, q, qd)
+    acted_on = [j for j in range(len(top.subsystems)) if any(k == j for _, k in top.blocks)]
+    f_bodies = _body_wrenches(mech, q, qd, f_ext)
+    phi_hat, inertias, motion = tree.subsystem_terms(  # all phi_hat_j and I_j at once, O(n)
+        mech, q, qd, tau, [top.coordinate_slices[j] for j in acted_on], f_bodies
+    )
+    phi, blocks, bias = kinematics.loop_block_terms_at(mech, motion)
     velocity = [
         sum(blocks[i, j] @ qd[top.coordinates(j)] for j in loop.subsystems)
         for i, loop in enumerate(top.loops)
     ]
     psi = _psi(phi, jnp.concatenate(velocity) if velocity else phi, bias, baumgarte)
-    f_bodies = _body_wrenches(mech, q, qd, f_ext)
-    phi_hat = tree.forward_dynamics(mech, q, qd, tau, f_bodies)  # all phi_hat_j at once, O(n)
-    acted_on = [j for j in range(len(top.subsystems)) if any(k == j for _, k in top.blocks)]
-    inertias = tree.mass_matrix_blocks(mech, q, [top.coordinate_slices[j] for j in acted_on])
     i_hat_t = {}  # (i, j) -> I_j^-1 J_{i,j}^T
     for j, inertia in zip(acted_on, inertias):
         acting = [i for i, k in top.blocks if k == j]

@@ -210,7 +210,7 @@ def _row_wrenches(mech, q):
     pushes with ``e`` at frame b's origin (on body a, for a point row, at frame a's: the
     derivative of the row), an angle row turns body b with the moment ``x X e``; body a gets the
     opposite."""
-    ends, rows = kinematics._ends(mech, q), kinematics._rows(mech)
+    ends, rows = kinematics._ends(mech, tree.body_motion(mech, q)), kinematics._rows(mech)
     e, x = kinematics._directions(ends, rows)
     p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
     push = 1.0 - rows.angle
@@ -271,7 +271,11 @@ def joint_points(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "j 3"]:
     q = check_arrays(mech, "joint_points", q=q)
     position, rotation = tree.forward_kinematics(mech, q)
     tree_points = position + jnp.einsum("nij,nj->ni", rotation, mech.child_position)
-    cut_points = kinematics._ends(mech, q).position[:, 1] if mech.cut_joints else None
+    cut_points = (
+        kinematics._ends(mech, tree.body_motion(mech, q)).position[:, 1]
+        if mech.cut_joints
+        else None
+    )
     return jnp.stack(
         [tree_points[k] if kind == "tree" else cut_points[k] for kind, k in _joint_sources(mech)]
     )

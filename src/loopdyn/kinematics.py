@@ -15,7 +15,8 @@ Their time derivatives are linear in the world angular velocities ``omega`` and 
 and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at every q and not only at closure.
 J is built from those with the joint twists ``p_i`` of the spanning tree carried to the cut
 frames (``J = J_hat N`` with the DeNOC matrix ``N``, seed 000 §2.2 and eqs. 13-16), and
-``J' qd`` from the twist-rates of the tree recursion (seed 000 eq. 9, ``Psi = -J' qd``).
+``J' qd`` from the twist-rates of the tree recursion (seed 000 eq. 9, ``Psi = -J' qd``): the
+bodies' poses, joint twists, twists and twist-rates all come from one pass, `tree.body_motion`.
 
 Rows of each kind of cut joint (``x, y, z`` the axes of the joint frame, ``s`` its axis,
 ``s1, s2`` two unit vectors completing ``s`` to an orthonormal basis):
@@ -78,7 +79,7 @@ def _with_ground(x, ground):
 def _paths(parent: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Static ``(n + 1, L)`` indices of the coordinates that move each body (its own joint and its
     ancestors'; ``L`` the deepest path) and the matching 0/1 mask; the last row, the ground, is
-    empty. Sums over these paths keep the loop kinematics linear in the size of the loops."""
+    empty. The Jacobian rows gather the joint twists over these paths only."""
     paths = []
     for k in range(len(parent)):
         path = [k]
@@ -91,11 +92,6 @@ def _paths(parent: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     for k, path in enumerate(paths):
         index[k, : len(path)], mask[k, : len(path)] = path, 1.0
     return index, mask
-
-
-def _path_sum(values, index, mask):
-    """``sum_l values[index[..., l]] * mask[..., l]``: per-body sums over the moving coordinates."""
-    return jnp.einsum("...l,...ld->...d", jnp.asarray(mask, values.dtype), values[index])
 
 
 def _basis(axis):
@@ -173,51 +169,34 @@ class _Ends(NamedTuple):
     alpha: Array | None = None
 
 
-def _cross6(a, b):
-    """Spatial motion cross product ``a x b`` of Pluecker 6-vectors (last axis)."""
-    aw, av, bw, bv = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
-    return jnp.concatenate([jnp.cross(aw, bw), jnp.cross(aw, bv) + jnp.cross(av, bw)], axis=-1)
-
-
-def _ends(mech, q, qd=None, jacobian=False):
-    """The frames of all cut joints as `_Ends`.
+def _ends(mech, motion, jacobian=False):
+    """The frames of all cut joints as `_Ends`, from the bodies' `tree.Motion`.
 
     Joint twists are taken in world Pluecker coordinates ``S_i = [w_i; v_i]`` (``v_i`` the velocity
-    of the body point at the world origin per unit rate). There the twist propagation of the tree
-    (seed 004 eqs. 20-23) has identity propagation matrices: ``t_k = t_parent + S_k qd_k`` and
-    ``dt_k = dt_parent + t_k x S_k qd_k`` (at ``qdd = 0``), i.e. sums over the ancestors, taken
-    over the static `_paths`; the Jacobians are the ``S_i`` of each frame's path carried to the
+    of the body point at the world origin per unit rate), where the twist propagation of the tree
+    (seed 004 eqs. 20-23) has identity propagation matrices: a frame moves with its body's twist
+    ``t = sum S_k qd_k`` and twist-rate ``dt = sum t_k x S_k qd_k`` (at ``qdd = 0``) over the
+    body's path to the ground. The Jacobians are the ``S_i`` of each frame's path carried to the
     frame, ``(c, 2, L, 3)``: entry ``l`` belongs to coordinate ``_paths(...)[0][body, l]``.
     """
-    position, rotation = tree.forward_kinematics(mech, q)
     bodies = np.array([[cut.body_a, cut.body_b] for cut in mech.cut_joints], dtype=int).reshape(
         -1, 2
     )
-    index, mask = _paths(mech.parent)
-    end_index, end_mask = index[bodies], jnp.asarray(mask[bodies], q.dtype)  # (c, 2, L)
-    r_body = _with_ground(rotation, np.eye(3))[bodies]
+    r_body = _with_ground(motion.rotation, np.eye(3))[bodies]
     local_p = jnp.stack([mech.cut_position_a, mech.cut_position_b], axis=1)
     local_r = jnp.stack([mech.cut_rotation_a, mech.cut_rotation_b], axis=1)
-    p = _with_ground(position, np.zeros(3))[bodies] + jnp.einsum("ceij,cej->cei", r_body, local_p)
+    p = _with_ground(motion.position, np.zeros(3))[bodies]
+    p = p + jnp.einsum("ceij,cej->cei", r_body, local_p)
     ends = _Ends(r_body @ local_r, p)
-    if jacobian or qd is not None:
-        s = _spatial(mech, tree.motion_subspaces(mech))
-        axis = jnp.einsum("nij,nj->ni", rotation, s[:, :3])
-        twist_axes = jnp.concatenate(
-            [axis, jnp.einsum("nij,nj->ni", rotation, s[:, 3:]) - jnp.cross(axis, position)],
-            axis=-1,
-        )
     if jacobian:
-        on_path = axis[end_index]
-        jac_point = twist_axes[end_index, 3:] + jnp.cross(on_path, p[:, :, None, :])
-        ends = ends._replace(
-            jac_point=jac_point * end_mask[..., None], jac_angle=on_path * end_mask[..., None]
-        )
-    if qd is not None:
-        rates = twist_axes * qd[:, None]
-        t = _path_sum(rates, index[:-1], mask[:-1])  # twists of the bodies
-        t_end = _path_sum(rates, end_index, end_mask)
-        dt_end = _path_sum(_cross6(t, rates), end_index, end_mask)
+        index, mask = _paths(mech.parent)
+        end_mask = jnp.asarray(mask[bodies], p.dtype)[..., None]  # (c, 2, L, 1)
+        on_path = _spatial(mech, motion.axes)[index[bodies]]
+        jac_point = on_path[..., 3:] + jnp.cross(on_path[..., :3], p[:, :, None, :])
+        ends = ends._replace(jac_point=jac_point * end_mask, jac_angle=on_path[..., :3] * end_mask)
+    if motion.twist is not None:
+        t_end = _with_ground(_spatial(mech, motion.twist), np.zeros(6))[bodies]
+        dt_end = _with_ground(_spatial(mech, motion.acceleration), np.zeros(6))[bodies]
         omega, alpha = t_end[..., :3], dt_end[..., :3]
         velocity = t_end[..., 3:] + jnp.cross(omega, p)
         ends = ends._replace(
@@ -248,7 +227,7 @@ def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
     loop is closed; rows in the module docstring)."""
     if not mech.cut_joints:
         return jnp.zeros(0, q.dtype)
-    return _dot(*_directions(_ends(mech, q), _rows(mech)))
+    return _dot(*_directions(_ends(mech, tree.body_motion(mech, q)), _rows(mech)))
 
 
 def _jacobian(ends, rows, e, x):
@@ -325,7 +304,7 @@ def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]
     the cut frames, not by automatic differentiation."""
     if not mech.cut_joints:
         return jnp.zeros((0, mech.num_bodies), q.dtype)
-    ends, rows = _ends(mech, q, jacobian=True), _rows(mech)
+    ends, rows = _ends(mech, tree.body_motion(mech, q), jacobian=True), _rows(mech)
     return _dense(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
 
 
@@ -334,7 +313,7 @@ def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[i
     """The non-zero blocks ``J_{i,j}`` ``(m_i, n_j)`` of loop i and subsystem j (seed 000 eqs.
     14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``, computed from the
     loops' own paths: the dense ``m x n`` J is never formed."""
-    ends, rows = _ends(mech, q, jacobian=True), _rows(mech)
+    ends, rows = _ends(mech, tree.body_motion(mech, q), jacobian=True), _rows(mech)
     return _blocks(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
 
 
@@ -345,7 +324,7 @@ def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) ->
     ``J qdd = Psi = -J' qd`` (seed 000 eq. 9)."""
     if not mech.cut_joints:
         return jnp.zeros(0, q.dtype)
-    ends, rows = _ends(mech, q, qd), _rows(mech)
+    ends, rows = _ends(mech, tree.body_motion(mech, q, qd)), _rows(mech)
     return _bias(ends, rows, *_directions(ends, rows))
 
 
@@ -356,7 +335,7 @@ def loop_terms(
     """``(Phi, J, J' qd)`` from one kinematic pass: what a constrained dynamics step needs."""
     if not mech.cut_joints:
         return loop_residual(mech, q), loop_jacobian(mech, q), loop_bias(mech, q, qd)
-    ends, rows = _ends(mech, q, qd, jacobian=True), _rows(mech)
+    ends, rows = _ends(mech, tree.body_motion(mech, q, qd), jacobian=True), _rows(mech)
     e, x = _directions(ends, rows)
     return _dot(e, x), _dense(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
 
@@ -366,7 +345,15 @@ def loop_block_terms(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> tuple[Float[Array, " m"], dict[tuple[int, int], Array], Float[Array, " m"]]:
     """`loop_terms` with J as its non-zero blocks (`loop_jacobian_blocks`): what SSLM needs."""
-    ends, rows = _ends(mech, q, qd, jacobian=True), _rows(mech)
+    return loop_block_terms_at(mech, tree.body_motion(mech, q, qd))
+
+
+def loop_block_terms_at(
+    mech: Mechanism, motion: tree.Motion
+) -> tuple[Float[Array, " m"], dict[tuple[int, int], Array], Float[Array, " m"]]:
+    """`loop_block_terms` from the bodies' motion at ``(q, qd)`` when the tree pass has already
+    run (`tree.subsystem_terms` gives it with the dynamics)."""
+    ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
     e, x = _directions(ends, rows)
     return _dot(e, x), _blocks(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
 

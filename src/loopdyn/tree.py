@@ -662,8 +662,8 @@ def _on_path(parent: tuple[int, ...]) -> np.ndarray:
     return on_path
 
 
-def _mass_matrix_blocks(mech, ranges, params, q, _):
-    frames = _frames(mech, params, q)
+def _inertia_blocks(mech, frames, ranges):
+    """The diagonal blocks of ``I`` over the coordinate ``ranges`` from the `_frames`."""
     force = _mv(_subtree_sums(mech, frames.inertia), frames.subspace)
     on_path, s = _on_path(mech.parent), frames.subspace
     blocks = []
@@ -675,6 +675,10 @@ def _mass_matrix_blocks(mech, ranges, params, q, _):
     return blocks
 
 
+def _mass_matrix_blocks(mech, ranges, params, q, _):
+    return _inertia_blocks(mech, _frames(mech, params, q), ranges)
+
+
 @eqx.filter_jit
 def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "... k k"]]:
     """The diagonal blocks of `mass_matrix` over the coordinate ``ranges`` ``(start, stop)``
@@ -684,8 +688,12 @@ def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "... k k
 
 
 def _forward_dynamics(mech, params, q, qd, tau, f_ext):
-    """The articulated-body recursion on the internal layout (see `forward_dynamics`)."""
-    frames = _frames(mech, params, q, qd)
+    return _articulated(mech, params, _frames(mech, params, q, qd), tau, f_ext)
+
+
+def _articulated(mech, params, frames, tau, f_ext):
+    """The articulated-body recursion on the internal layout (see `forward_dynamics`), from the
+    `_frames` at ``(q, qd)``."""
     s, t, bias_acc = frames.subspace, frames.twist, frames.bias
     bias = _cross_force(mech.planar, t, _mv(frames.inertia, t)) - _external(mech, frames, f_ext)
 
@@ -717,4 +725,52 @@ def forward_dynamics(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, ".
     """Joint accelerations of the open tree under ``tau`` and body wrenches ``f_ext`` by the O(n)
     articulated-body recursion: solves ``I qdd = tau - C qd - gravity + N^T f_ext``."""
     core = functools.partial(_forward_dynamics, mech)
+    return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
+
+
+class Motion(NamedTuple):
+    """Every body's motion in the ground frame (origin and axes), as the loop kinematics use it:
+    frame origin ``(..., n, 3)`` and rotation ``(..., n, 3, 3)``, joint-rate propagation vector
+    ``p_i`` (the joint's twist per unit rate, at the ground origin) ``(..., n, d)`` and, given
+    ``qd``, the twist ``(..., n, d)`` and the twist-rate at ``qdd = 0`` without gravity (the
+    velocity-product terms) ``(..., n, d)``."""
+
+    position: Array
+    rotation: Array
+    axes: Array
+    twist: Array | None = None
+    acceleration: Array | None = None
+
+
+def _motion(params, frames):
+    acceleration = None if frames.rate is None else frames.rate - params.gravity[None]
+    return Motion(frames.position, frames.rotation, frames.subspace, frames.twist, acceleration)
+
+
+@eqx.filter_jit
+def body_motion(mech: Mechanism, q, qd=None) -> Motion:
+    """The bodies' `Motion` at ``q`` (and ``qd``): one base -> tips pass."""
+    if qd is None:
+        return _batched(mech, lambda params, q, _: _motion(params, _frames(mech, params, q)), q=q)
+
+    def core(params, q, qd, _):
+        return _motion(params, _frames(mech, params, q, qd, jnp.zeros_like(qd)))
+
+    return _batched(mech, core, q=q, qd=qd)
+
+
+def _subsystem_terms(mech, ranges, params, q, qd, tau, f_ext):
+    frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
+    qdd = _articulated(mech, params, frames, tau, f_ext)
+    return qdd, _inertia_blocks(mech, frames, ranges), _motion(params, frames)
+
+
+@eqx.filter_jit
+def subsystem_terms(
+    mech: Mechanism, q, qd, tau, ranges, f_ext=None
+) -> tuple[Float[Array, "... n"], list[Float[Array, "... k k"]], Motion]:
+    """What the subsystem-level multipliers take from the tree, from one base -> tips pass:
+    `forward_dynamics` (the open tree's ``qdd``, all ``phi_hat_j`` of seed 000 eq. 20),
+    `mass_matrix_blocks` over ``ranges`` (the ``I_j``) and the `body_motion` for the loops."""
+    core = functools.partial(_subsystem_terms, mech, ranges)
     return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
