@@ -365,7 +365,19 @@ def bench_simulation(batch, repeats, t1=5.0, tol=1e-6):
     }
     # The compiled solve alone, without simulate's eager checks: the same jitted function
     # with the options simulate passes by default (already compiled by the call above).
-    options = ("sslm", "baumgarte", (10.0, 10.0), (), diffrax.Tsit5(), tol, tol, None, 16_384)
+    adjoint = diffrax.RecursiveCheckpointAdjoint()
+    options = (
+        "sslm",
+        "baumgarte",
+        (10.0, 10.0),
+        (),
+        diffrax.Tsit5(),
+        tol,
+        tol,
+        None,
+        16_384,
+        adjoint,
+    )
     ts = jnp.linspace(0.0, t1, 201)
     core = lambda: simulation._integrate(mech, mech.q0, zeros, t1, ts, None, options)
     result["single"]["jit_first_call_s"], _ = first_call(core)  # > 1 s: it recompiled
