@@ -76,6 +76,8 @@ def evaluate(mech, s):
             "motion": tree.body_motion(mech, q, qd),
             "terms": tree.subsystem_terms(mech, q, qd, tau, [(0, n), (n // 2, n)], f_ext),
             "blocks": tree.mass_matrix_blocks(mech, q, [(0, n), (n // 2, n)]),
+            "system": tree.system_terms(mech, q, qd, tau, f_ext),
+            "bias_ext": tree.bias_forces(mech, q, qd, f_ext),
         }
 
     return jax.tree.map(np.asarray, batch(s.q, s.qd, s.qdd, s.tau, s.f_ext))
@@ -216,6 +218,16 @@ def test_subsystem_terms_equal_the_separate_passes(case):
     for ours, separate in zip(motion, case.ours["motion"]):
         np.testing.assert_allclose(ours, separate, rtol=1e-12, atol=1e-15)
     assert_close(motion.position, case.ours["position"], 1e-12)
+
+
+def test_system_terms_equal_the_separate_passes(case):
+    """One pass of `tree.system_terms` gives ``tau`` less `bias_forces`, `mass_matrix` and
+    `body_motion`."""
+    phi, mass, motion = case.ours["system"]
+    assert_close(phi, case.s.tau - case.ours["bias_ext"], 1e-12)
+    assert_close(mass, case.ours["mass"], 1e-12)
+    for ours, separate in zip(motion, case.ours["motion"]):
+        np.testing.assert_allclose(ours, separate, rtol=1e-12, atol=1e-15)
 
 
 def test_forward_dynamics_inverts_inverse_dynamics(case):

@@ -90,18 +90,20 @@ def _psi(phi, velocity, bias, baumgarte):
     return -bias - 2.0 * alpha * velocity - beta**2 * phi
 
 
-def _dense_terms(mech, q, qd, baumgarte):
-    """The dense ``J`` and ``Psi`` of the methods that use the whole J."""
-    phi, jac, bias = kinematics.loop_terms(mech, q, qd)
-    return jac, _psi(phi, jac @ qd, bias, baumgarte)
+def _dense_terms(mech, q, qd, tau, f_ext, baumgarte):
+    """What the methods that use the whole J take, from one tree pass: ``J``, ``Psi``, ``I`` and
+    ``phi`` (`generalized_forces`)."""
+    phi, inertia, motion = tree.system_terms(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext))
+    residual, jac, bias = kinematics.loop_terms_at(mech, motion)
+    return jac, _psi(residual, jac @ qd, bias, baumgarte), inertia, phi
 
 
 def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
     """Seed 000 eq. 10: ``[[I, -J^T], [J, 0]] [qdd; lam] = [phi; Psi]`` solved densely (LU)."""
-    jac, psi = _dense_terms(mech, q, qd, baumgarte)
+    jac, psi, inertia, phi = _dense_terms(mech, q, qd, tau, f_ext, baumgarte)
     n, m = mech.num_bodies, psi.shape[0]
-    kkt = jnp.block([[tree.mass_matrix(mech, q), -jac.T], [jac, jnp.zeros((m, m), q.dtype)]])
-    rhs = jnp.concatenate([generalized_forces(mech, q, qd, tau, f_ext), psi])
+    kkt = jnp.block([[inertia, -jac.T], [jac, jnp.zeros((m, m), q.dtype)]])
+    rhs = jnp.concatenate([phi, psi])
     solution = dense.solve(kkt, rhs)
     # The KKT matrix is singular exactly when J is rank deficient (I is positive definite).
     s = dense.singular_values(jac)
@@ -113,9 +115,9 @@ def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
 
 def _system_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     """Seed 000 eqs. 11-12 with one Cholesky factorisation of the whole ``I``."""
-    jac, psi = _dense_terms(mech, q, qd, baumgarte)
-    inertia = dense.cholesky(tree.mass_matrix(mech, q))
-    phi_hat = dense.cho_solve(inertia, generalized_forces(mech, q, qd, tau, f_ext))
+    jac, psi, inertia, phi = _dense_terms(mech, q, qd, tau, f_ext, baumgarte)
+    inertia = dense.cholesky(inertia)
+    phi_hat = dense.cho_solve(inertia, phi)
     i_hat_t = dense.cho_solve(inertia, jac.T)
     gicm = jac @ i_hat_t
     factor = dense.cholesky(gicm)
@@ -232,15 +234,13 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     n = mech.num_bodies
     dependent = np.array([k for k in range(n) if k not in independent], dtype=int)
     independent = np.asarray(independent, dtype=int)
-    jac, psi = _dense_terms(mech, q, qd, baumgarte)
+    jac, psi, inertia, phi = _dense_terms(mech, q, qd, tau, f_ext, baumgarte)
     jac_d, jac_i = jac[:, dependent], jac[:, independent]
     solved = dense.solve(jac_d, jnp.concatenate([jac_i, psi[:, None]], axis=1))
     t = jnp.zeros((n, independent.size), q.dtype)
     t = t.at[independent, jnp.arange(independent.size)].set(1.0)
     t = t.at[dependent].set(-solved[:, :-1])
     c = jnp.zeros(n, q.dtype).at[dependent].set(solved[:, -1])
-    inertia = tree.mass_matrix(mech, q)
-    phi = generalized_forces(mech, q, qd, tau, f_ext)
     reduced = dense.cholesky(t.T @ inertia @ t)
     qdd = t @ dense.cho_solve(reduced, t.T @ (phi - inertia @ c)) + c
     lam = dense.lstsq(jac.T, inertia @ qdd - phi)

@@ -335,7 +335,15 @@ def loop_terms(
     """``(Phi, J, J' qd)`` from one kinematic pass: what a constrained dynamics step needs."""
     if not mech.cut_joints:
         return loop_residual(mech, q), loop_jacobian(mech, q), loop_bias(mech, q, qd)
-    ends, rows = _ends(mech, tree.body_motion(mech, q, qd), jacobian=True), _rows(mech)
+    return loop_terms_at(mech, tree.body_motion(mech, q, qd))
+
+
+def loop_terms_at(
+    mech: Mechanism, motion: tree.Motion
+) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
+    """`loop_terms` from the bodies' motion at ``(q, qd)`` when the tree pass has already run
+    (`tree.system_terms` gives it with the dynamics); ``mech`` must have cut joints."""
+    ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
     e, x = _directions(ends, rows)
     return _dot(e, x), _dense(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
 

@@ -774,3 +774,21 @@ def subsystem_terms(
     `mass_matrix_blocks` over ``ranges`` (the ``I_j``) and the `body_motion` for the loops."""
     core = functools.partial(_subsystem_terms, mech, ranges)
     return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
+
+
+def _system_terms(mech, params, q, qd, tau, f_ext):
+    frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
+    wrenches = _wrenches(mech, frames, _external(mech, frames, f_ext))
+    bias = _up(mech, lambda total, s: (_dot(s, total), total), wrenches, frames.subspace)
+    (mass,) = _inertia_blocks(mech, frames, ((0, mech.num_bodies),))
+    return tau - bias, mass, _motion(params, frames)
+
+
+@eqx.filter_jit
+def system_terms(
+    mech: Mechanism, q, qd, tau, f_ext=None
+) -> tuple[Float[Array, "... n"], Float[Array, "... n n"], Motion]:
+    """What the system-level methods take from the tree, from one base -> tips pass: the
+    right-hand side ``phi = tau - C qd - g + N^T f_ext`` (``tau`` less `bias_forces`, seed 000
+    eq. 6), `mass_matrix` and the `body_motion` for the loops."""
+    return _batched(mech, functools.partial(_system_terms, mech), f_ext, q=q, qd=qd, tau=tau)
