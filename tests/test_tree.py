@@ -139,8 +139,10 @@ def pinocchio_results(model, mech, s):
 # Against Pinocchio, and identities, on random trees
 
 # Seeds giving revolute and prismatic joints (n > 1) and, for branched trees, a real branching.
-SERIAL_SEEDS = {1: 101, 2: 104, 5: 105, 12: 112, 30: 130}
-BRANCHED_SEEDS = {2: 4, 5: 105, 12: 112, 30: 130}
+# Sizes 1 (a single body), 2, 5 and 30 (deep chains and wide branchings): a size in between
+# would be one more compilation and proves nothing these do not.
+SERIAL_SEEDS = {1: 101, 2: 104, 5: 105, 30: 130}
+BRANCHED_SEEDS = {2: 4, 5: 105, 30: 130}
 CASES = (
     [f"serial-{n}" for n in SERIAL_SEEDS]
     + [f"branched-{n}" for n in BRANCHED_SEEDS]
