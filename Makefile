@@ -20,7 +20,8 @@ demo: $(STAMP)
 # core). Exit 5 = all deselected (slow) counts as a pass. TESTS picks files.
 # The longest files start first, so the last ones to finish are short.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-LONG := forward inverse kinematics simulate gradients inverse_motion tree montecarlo fit dense
+LONG := forward inverse notebooks simulate kinematics tree inverse_motion gradients montecarlo \
+  notebooks_montecarlo notebooks_fit notebooks_inverse notebooks_design fit dense
 FIRST := $(LONG:%=tests/test_%.py)
 TESTS ?= $(FIRST) $(filter-out $(FIRST),$(wildcard tests/test_*.py))
 test: $(STAMP)
