@@ -205,7 +205,10 @@ def summaries(mech: Mechanism, result) -> dict:
 
 
 def _select(flag, a, b):
-    return jax.tree.map(lambda x, y: jnp.where(flag, x, y), a, b)
+    """``a`` where ``flag``, else ``b``, leaf by leaf. Leaves ``a`` shares with ``b`` (those the
+    sampler left alone) are kept as they are: selected, they would become per-sample arrays under
+    ``vmap``, and every dynamics evaluation of a chunk ~30 % slower."""
+    return jax.tree.map(lambda x, y: x if x is y else jnp.where(flag, x, y), a, b)
 
 
 def run_sample(
