@@ -37,6 +37,10 @@ for name, fn in cases.items():
         out["vectorized"] = float(np.max(np.abs(np.ravel(vec) - plain)))
     out[name] = [float(np.max(np.abs(two - one))), float(np.max(np.abs(two - plain))),
                  float(np.max(np.abs(plain)))]
+elsewhere = jax.device_put(q, jax.devices()[1])  # committed to one device: copied first
+moved = sharding.batch(loopdyn.forward_dynamics, axes)(mech, elsewhere, qd, tau)
+direct = sharding.batch(loopdyn.forward_dynamics, axes)(mech, q, qd, tau)
+out["committed"] = max(float(np.max(np.abs(a - b))) for a, b in zip(moved, direct))
 placed = sharding.batch(lambda q: 2.0 * q, 0)(q[:4])
 out["shape"] = list(placed.shape)
 out["placed_on"] = len(placed.sharding.device_set)
@@ -69,6 +73,7 @@ def test_two_host_devices_equal_one(two_devices):
         assert to_one <= 1e-12 * scale, name
         assert to_plain <= 1e-12 * scale, name
     assert two_devices["vectorized"] <= 1e-12 * two_devices["tree"][2]
+    assert two_devices["committed"] == 0.0
 
 
 def test_mismatched_batch_named():

@@ -69,7 +69,20 @@ def batch(
 
     @eqx.filter_jit
     def mapped(axes, *args):
+        size = _batch_size(args, axes)
+        padded = -size % len(devices) + size
+
+        def place(x, axis):  # padding and placement inside the program: no per-call transfers
+            if axis is None:
+                return jax.lax.with_sharding_constraint(x, whole)
+            if padded > size:
+                x = jnp.concatenate([x, jnp.repeat(x[-1:], padded - size, axis=0)])
+            return jax.lax.with_sharding_constraint(x, split)
+
         dynamic, static = eqx.partition(args, eqx.is_array)
+        dynamic = tuple(
+            jax.tree.map(lambda x, axis=axis: place(x, axis), d) for d, axis in zip(dynamic, axes)
+        )
 
         def local(*dynamic):
             args = eqx.combine(dynamic, static)
@@ -80,7 +93,13 @@ def batch(
             for d, axis in zip(dynamic, axes)
         )
         run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=split.spec, check_vma=False)
-        return run(*dynamic)
+        return jax.tree.map(lambda x: x[:size], run(*dynamic))
+
+    def movable(x):  # arrays committed to other devices are copied; the rest moves in the program
+        elsewhere = (
+            isinstance(x, jax.Array) and x.committed and x.sharding.device_set != set(devices)
+        )
+        return jax.device_put(x, whole) if elsewhere else x
 
     def call(*args):
         axes = (in_axes,) * len(args) if not isinstance(in_axes, Sequence) else tuple(in_axes)
@@ -88,23 +107,7 @@ def batch(
             raise ValueError(f"batch: in_axes has {len(axes)} entries for {len(args)} arguments")
         if any(axis not in (0, None) for axis in axes):
             raise ValueError(f"batch: in_axes entries must be 0 or None, got {axes}")
-        size = _batch_size(args, axes)
-        padded = -size % len(devices) + size
-
-        def place(x, axis):
-            if not eqx.is_array(x):
-                return x
-            if axis is None:
-                return jax.device_put(x, whole)
-            x = jnp.asarray(x)
-            if padded > size:
-                x = jnp.concatenate([x, jnp.repeat(x[-1:], padded - size, axis=0)])
-            return jax.device_put(x, split)
-
-        placed = [
-            jax.tree.map(lambda x, axis=axis: place(x, axis), arg) for arg, axis in zip(args, axes)
-        ]
-        out = mapped(axes, *placed)
-        return jax.tree.map(lambda x: x[:size] if eqx.is_array(x) else x, out)
+        _batch_size(args, axes)
+        return mapped(axes, *jax.tree.map(movable, args))
 
     return call
