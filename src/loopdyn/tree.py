@@ -285,43 +285,58 @@ def _force_to_body(planar, rotation, position, f):
     return jnp.concatenate([moment, _mv(rotation_t, force)], axis=-2)
 
 
-def _world_inertias(mech, params, rotation, position):
-    """Extended mass matrices ``(n, d, d, B)`` of every body about the ground origin, in ground
-    axes (seed 000 eq. 3 with the body's world centre of mass and rotated inertia)."""
+class _Inertias(NamedTuple):
+    """Every body's extended mass matrix about the ground origin, in ground axes, kept as its
+    parts (seed 000 eq. 3 with the body's world centre of mass ``c``): ``mass`` ``(n, B)``,
+    first moment ``first = m c`` ``(n, 3, B)``, rotational inertia about the origin
+    ``rotational`` ``(n, 3, 3, B)`` (planar: its zz entry ``(n, B)``)."""
+
+    mass: Array
+    first: Array
+    rotational: Array
+
+
+def _world_inertias(mech, params, rotation, position) -> _Inertias:
     mass = params.mass
     com = _mv(rotation, params.com) + position
-    cx, cy, cz = com[:, 0], com[:, 1], com[:, 2]
+    first = mass[:, None] * com
     if mech.planar:  # rotations about z keep the zz inertia
-        izz = params.inertia[:, 2, 2] + mass * (cx * cx + cy * cy)
-        zero = jnp.zeros_like(izz)
-        rows = [
-            [izz, -mass * cy, mass * cx],
-            [-mass * cy, mass + zero, zero],
-            [mass * cx, zero, mass + zero],
-        ]
-        return jnp.stack([jnp.stack(r, axis=1) for r in rows], axis=1)
+        cx, cy = com[:, 0], com[:, 1]
+        return _Inertias(mass, first, params.inertia[:, 2, 2] + mass * (cx * cx + cy * cy))
     inertia = _mm(_mm(rotation, params.inertia), _transpose(rotation))
-    parallel = (cx * cx + cy * cy + cz * cz)[:, None, None] * jnp.eye(3, dtype=com.dtype)[..., None]
-    upper_left = inertia + mass[:, None, None] * (parallel - _outer(com, com))
-    zero = jnp.zeros_like(cx)
-    m_skew = mass[:, None, None] * jnp.stack(
-        [
-            jnp.stack([zero, -cz, cy], 1),
-            jnp.stack([cz, zero, -cx], 1),
-            jnp.stack([-cy, cx, zero], 1),
-        ],
-        1,
-    )
-    lower_right = mass[:, None, None] * jnp.eye(3, dtype=com.dtype)[..., None] + jnp.zeros_like(
-        inertia
-    )
-    return jnp.concatenate(
-        [
-            jnp.concatenate([upper_left, m_skew], axis=2),
-            jnp.concatenate([_transpose(m_skew), lower_right], axis=2),
-        ],
-        axis=1,
-    )
+    square = jnp.sum(com * com, axis=1)[:, None, None] * jnp.eye(3, dtype=com.dtype)[..., None]
+    return _Inertias(mass, first, inertia + mass[:, None, None] * (square - _outer(com, com)))
+
+
+def _momentum(planar, inertias, t):
+    """``M t`` from the parts: ``[I_o w + h x v; m v - h x w]`` with ``h = m c`` (planar:
+    ``[I_zz w - h_y v_x + h_x v_y; m v_x - h_y w; m v_y + h_x w]``), without forming ``M``."""
+    m, h = inertias.mass, inertias.first
+    if planar:
+        w, vx, vy, hx, hy = t[..., 0, :], t[..., 1, :], t[..., 2, :], h[:, 0], h[:, 1]
+        return _stack(inertias.rotational * w - hy * vx + hx * vy, m * vx - hy * w, m * vy + hx * w)
+    w, v = t[..., :3, :], t[..., 3:, :]
+    moment = _mv(inertias.rotational, w) + _cross(h, v)
+    return jnp.concatenate([moment, m[:, None] * v - _cross(h, w)], axis=-2)
+
+
+def _inertia_matrix(planar, inertias):
+    """The extended mass matrices ``(n, d, d, B)`` from their parts."""
+    m, (hx, hy, hz) = inertias.mass, (inertias.first[:, k] for k in range(3))
+    zero = jnp.zeros_like(hx)
+    if planar:
+        rows = [[inertias.rotational, -hy, hx], [-hy, m, zero], [hx, zero, m]]
+    else:
+        i = inertias.rotational
+        rows = [
+            [i[:, 0, 0], i[:, 0, 1], i[:, 0, 2], zero, -hz, hy],
+            [i[:, 1, 0], i[:, 1, 1], i[:, 1, 2], hz, zero, -hx],
+            [i[:, 2, 0], i[:, 2, 1], i[:, 2, 2], -hy, hx, zero],
+            [zero, hz, -hy, m, zero, zero],
+            [-hz, zero, hx, zero, m, zero],
+            [hy, -hx, zero, zero, zero, m],
+        ]
+    return jnp.stack([jnp.stack(jnp.broadcast_arrays(*r), axis=1) for r in rows], axis=1)
 
 
 def _subspaces(mech):
@@ -338,7 +353,7 @@ class _Frames(NamedTuple):
     rotation: Array  # (n, 3, 3, B) world rotation of each body frame
     position: Array  # (n, 3, B) world origin
     subspace: Array  # (n, d, B) p_i in world coordinates
-    inertia: Array  # (n, d, d, B) M_i about the world origin
+    inertia: _Inertias  # M_i about the world origin, as its parts
     twist: Array | None  # (n, d, B) t_i (given qd)
     bias: Array | None  # (n, d, B) t_i x p_i qd_i, the velocity-product twist-rate (given qd)
     rate: Array | None  # (n, d, B) twist-rate with gravity (given qd and qdd)
@@ -411,9 +426,9 @@ def _external(mech, frames, f_ext):
 
 def _wrenches(mech, frames, f_world):
     """Newton-Euler wrench of every body less gravity and external wrenches (ground frame)."""
-    momentum = _mv(frames.inertia, frames.twist)
+    momentum = _momentum(mech.planar, frames.inertia, frames.twist)
     return (
-        _mv(frames.inertia, frames.rate)
+        _momentum(mech.planar, frames.inertia, frames.rate)
         + _cross_force(mech.planar, frames.twist, momentum)
         - f_world
     )
@@ -664,7 +679,7 @@ def _on_path(parent: tuple[int, ...]) -> np.ndarray:
 
 def _inertia_blocks(mech, frames, ranges):
     """The diagonal blocks of ``I`` over the coordinate ``ranges`` from the `_frames`."""
-    force = _mv(_subtree_sums(mech, frames.inertia), frames.subspace)
+    force = _momentum(mech.planar, _subtree_sums(mech, frames.inertia), frames.subspace)
     on_path, s = _on_path(mech.parent), frames.subspace
     blocks = []
     for start, stop in ranges:
@@ -695,7 +710,8 @@ def _articulated(mech, params, frames, tau, f_ext):
     """The articulated-body recursion on the internal layout (see `forward_dynamics`), from the
     `_frames` at ``(q, qd)``."""
     s, t, bias_acc = frames.subspace, frames.twist, frames.bias
-    bias = _cross_force(mech.planar, t, _mv(frames.inertia, t)) - _external(mech, frames, f_ext)
+    momentum = _momentum(mech.planar, frames.inertia, t)
+    bias = _cross_force(mech.planar, t, momentum) - _external(mech, frames, f_ext)
 
     def backward(total, inputs):  # tips -> base: articulated inertia and bias wrench
         (art, bias_w), (s_i, c, tau_i) = total, inputs
@@ -709,7 +725,8 @@ def _articulated(mech, params, frames, tau, f_ext):
         )
         return (u_vec, d_inv, u), to_parent
 
-    solved = _up(mech, backward, (frames.inertia, bias), (s, bias_acc, tau))
+    inertia = _inertia_matrix(mech.planar, frames.inertia)
+    solved = _up(mech, backward, (inertia, bias), (s, bias_acc, tau))
 
     def forward(above, inputs):  # base -> tips: accelerations
         (s_i, c, (u_vec, d_inv, u)) = inputs
