@@ -11,7 +11,8 @@ versions here are elementwise arithmetic over the batch instead. Matrices larger
 - `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions.
 - `solve`: Gaussian elimination with partial pivoting (row swaps as one-hot arithmetic).
 - `svd`, `singular_values`, `pinv`, `lstsq`: one-sided Jacobi (Hestenes 1958): plane rotations
-  of the rows of ``A`` until they are mutually orthogonal; then ``A = U diag(s) V^T`` with the row
+  of the rows of ``A``, disjoint pairs at once in a loop (not unrolled, so the program does not
+  grow with the size), until they are mutually orthogonal; then ``A = U diag(s) V^T`` with the row
   norms as ``s``. Accurate to a few ulps relative to ``|A|``, rank-revealing like LAPACK's SVD.
   `pinv` differentiates by the pseudo-inverse's formula for constant rank (Golub and Pereyra
   1973), not through the rotations.
