@@ -44,6 +44,11 @@ def test_rank_deficient_and_ill_conditioned():
     graded = np.logspace(0, -12, 6)
     s = np.asarray(dense.singular_values(jnp.asarray(u * graded @ vt)))
     assert np.max(np.abs(s - graded)) < 1e-15  # absolute accuracy eps |A|, as LAPACK's
+    # Graded 16 x 16 needs the most Jacobi sweeps (`dense._jacobi`): the worst of 64 decides.
+    u, v = (np.linalg.qr(rng.normal(size=(64, 16, 16)))[0] for _ in range(2))
+    graded = np.logspace(0, -12, 16)
+    s = np.asarray(jax.vmap(dense.singular_values)(jnp.asarray(u * graded @ v)))
+    assert np.max(np.abs(s - graded)) < 1e-14
 
 
 @pytest.mark.parametrize("n", [1, 7, 17])

@@ -1,7 +1,7 @@
-"""Closed-loop forward dynamics: the four methods agree with each other on every library mechanism
-(the Stewart platform: SLM against SSLM, and both against Pinocchio), satisfy the acceleration
-constraints and the equations of motion, match Pinocchio's constraintDynamics, conserve energy
-(d/dt E = qd . tau), and refuse singular constraints and malformed arguments by name.
+"""Closed-loop forward dynamics: the four methods agree with each other on every library mechanism,
+satisfy the acceleration constraints and the equations of motion, match Pinocchio's
+constraintDynamics, conserve energy (d/dt E = qd . tau), and refuse singular constraints and
+malformed arguments by name.
 
 Compile time dominates: every method of a mechanism runs in one jitted program over its random
 states (`solutions`), which the agreement, equation-of-motion, Pinocchio and energy tests share."""
@@ -35,12 +35,6 @@ def library(name):
     return LIBRARY[name]()
 
 
-# The methods each mechanism's agreement test runs. The Stewart platform's "system" and "embedding"
-# programs compile for minutes (unrolled Jacobi SVDs of its 15-row J); its SLM and SSLM solutions
-# are also checked against Pinocchio (test_matches_pinocchio_constraint_dynamics).
-METHODS = dict.fromkeys(LIBRARY, forward.METHODS) | {"stewart": ("slm", "sslm")}
-
-
 @functools.cache
 def random_states(name, count=3, seed=0):
     """Assembled configurations near ``q0``, random velocities projected onto the null space of
@@ -68,11 +62,11 @@ def batched(mech, q, qd, tau, methods, independent):
 
 @functools.cache
 def solutions(name):
-    """The random states of ``name``, its `METHODS` solutions there and the loop terms."""
+    """The random states of ``name``, every method's solutions there and the loop terms."""
     mech = library(name)
     q, qd, tau = random_states(name)
     independent = forward.independent_coordinates(mech)
-    return (q, qd, tau), *batched(mech, q, qd, tau, METHODS[name], independent)
+    return (q, qd, tau), *batched(mech, q, qd, tau, forward.METHODS, independent)
 
 
 def relative(a, b):
@@ -82,7 +76,7 @@ def relative(a, b):
 @pytest.mark.parametrize("name", list(LIBRARY))
 def test_methods_agree_and_satisfy_constraints(name):
     (q, _, _), results, (_, jac, bias) = solutions(name)
-    reference = results[METHODS[name][0]]
+    reference = results[forward.METHODS[0]]
     assert not np.any(reference.singular)
     for method, result in results.items():
         assert relative(result.qdd, reference.qdd) < 1e-9, method

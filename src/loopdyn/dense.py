@@ -11,19 +11,17 @@ versions here are elementwise arithmetic over the batch instead. Matrices larger
 - `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions.
 - `solve`: Gaussian elimination with partial pivoting (row swaps as one-hot arithmetic).
 - `svd`, `singular_values`, `pinv`, `lstsq`: one-sided Jacobi (Hestenes 1958): plane rotations
-  of the rows of ``A`` until they are mutually orthogonal; then ``A = U diag(s) V^T`` with the row
+  of the rows of ``A``, disjoint pairs at once in a loop (not unrolled, so the program does not
+  grow with the size), until they are mutually orthogonal; then ``A = U diag(s) V^T`` with the row
   norms as ``s``. Accurate to a few ulps relative to ``|A|``, rank-revealing like LAPACK's SVD.
   `pinv` differentiates by the pseudo-inverse's formula for constant rank (Golub and Pereyra
   1973), not through the rotations.
 """
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 
 UNROLL = 16  # largest dimension unrolled; above it, jnp.linalg (LAPACK)
-SWEEPS = 10  # Jacobi sweeps: quadratic convergence reaches rounding level in 5-7 for n <= 16
 
 
 @jax.jit
@@ -80,31 +78,49 @@ def solve(a, b):
     return _substitute(a, b, reversed(range(n)))
 
 
-def _rotate(w, g, i, j):
-    """One Jacobi rotation making rows ``i`` and ``j`` of ``w`` orthogonal, applied to ``g`` too."""
-    alpha, beta, gamma = w[i] @ w[i], w[j] @ w[j], w[i] @ w[j]
+def _rotation(top, bottom):
+    """Cosines and sines ``(c, s)`` of the Jacobi rotations making rows ``top[k]`` and
+    ``bottom[k]`` orthogonal, as columns."""
+    alpha, beta = jnp.sum(top * top, 1), jnp.sum(bottom * bottom, 1)
+    gamma = jnp.sum(top * bottom, 1)
     done = gamma == 0.0
     zeta = (beta - alpha) / (2.0 * jnp.where(done, 1.0, gamma))
     t = jnp.where(done, 0.0, jnp.sign(zeta) / (jnp.abs(zeta) + jnp.hypot(1.0, zeta)))
     t = jnp.where(done | (zeta != 0.0), t, 1.0)
     c = 1.0 / jnp.sqrt(1.0 + t * t)
-    s = c * t
-    w = w.at[i].set(c * w[i] - s * w[j]).at[j].set(s * w[i] + c * w[j])
-    return w, g.at[i].set(c * g[i] - s * g[j]).at[j].set(s * g[i] + c * g[j])
+    return c[:, None], (c * t)[:, None]
 
 
 @jax.jit
 def _jacobi(a):
-    """Rows ``w = g a`` mutually orthogonal, ``g`` orthogonal, for ``a`` with ``m <= n`` rows."""
-    m = a.shape[0]
-    pairs = list(itertools.combinations(range(m), 2))
+    """Rows ``w = g a`` mutually orthogonal, ``g`` orthogonal, for ``a`` with ``m <= n`` rows.
 
-    def sweep(_, state):
-        for i, j in pairs:
-            state = _rotate(*state, i, j)
-        return state
+    Round-robin ordering (Brent and Luk 1985): each sweep is ``m - 1`` rounds (``m`` made even by
+    a leading zero row, which no rotation moves) of ``m / 2`` disjoint row pairs rotated at once;
+    after each round every row but the first moves one place around the cycle of pairs.
+    ``6 + m // 2`` sweeps: singular values graded from 1 to 1e-12, the slowest to converge seen,
+    reach rounding level in 4 sweeps at ``m = 4``, 8 at ``m = 8`` and 13 at ``m = 16``."""
+    m, n = a.shape
+    odd, half = m % 2, (m + 1) // 2
 
-    return jax.lax.fori_loop(0, SWEEPS, sweep, (a, jnp.eye(m, dtype=a.dtype)))
+    def split(x):
+        return x[:half], x[half:]
+
+    def advance(top, bottom):
+        cycle = jnp.roll(jnp.concatenate([top[1:], bottom[::-1]]), 1, axis=0)
+        return jnp.concatenate([top[:1], cycle[: half - 1]]), cycle[half - 1 :][::-1]
+
+    def round_(_, state):
+        c, s = _rotation(*state[0])  # from the rows of w, applied to those of g too
+        return tuple(advance(c * top - s * bottom, s * top + c * bottom) for top, bottom in state)
+
+    w = jnp.concatenate([jnp.zeros((odd, n), a.dtype), a])
+    state = split(w), split(jnp.eye(m + odd, dtype=a.dtype))
+    w, g = (
+        jnp.concatenate(x)
+        for x in jax.lax.fori_loop(0, (6 + m // 2) * (2 * half - 1), round_, state)
+    )
+    return w[odd:], g[odd:, odd:]
 
 
 @jax.jit
