@@ -11,6 +11,7 @@ import pytest
 
 SCRIPT = r"""
 import json
+import equinox as eqx
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
@@ -41,6 +42,16 @@ elsewhere = jax.device_put(q, jax.devices()[1])  # committed to one device: copi
 moved = sharding.batch(loopdyn.forward_dynamics, axes)(mech, elsewhere, qd, tau)
 direct = sharding.batch(loopdyn.forward_dynamics, axes)(mech, q, qd, tau)
 out["committed"] = max(float(np.max(np.abs(a - b))) for a, b in zip(moved, direct))
+# The shared mechanism is copied to the devices once per object: another object is not mistaken
+# for the cached one.
+fd = sharding.batch(loopdyn.forward_dynamics, axes)
+heavier = eqx.tree_at(lambda m: m.mass, mech, 2.0 * mech.mass + 0.1)
+fd(mech, q, qd, tau)
+again = fd(heavier, q, qd, tau)
+plain = jax.jit(jax.vmap(loopdyn.forward_dynamics, in_axes=axes))(heavier, q, qd, tau)
+first = jax.jit(jax.vmap(loopdyn.forward_dynamics, in_axes=axes))(mech, q, qd, tau)
+out["reused"] = max(float(np.max(np.abs(a - b))) for a, b in zip(again, plain))
+out["changed"] = float(np.max(np.abs(plain[0] - first[0])))
 placed = sharding.batch(lambda q: 2.0 * q, 0)(q[:4])
 out["shape"] = list(placed.shape)
 out["placed_on"] = len(placed.sharding.device_set)
@@ -74,6 +85,8 @@ def test_two_host_devices_equal_one(two_devices):
         assert to_plain <= 1e-12 * scale, name
     assert two_devices["vectorized"] <= 1e-12 * two_devices["tree"][2]
     assert two_devices["committed"] == 0.0
+    assert two_devices["changed"] > 1e-3  # the heavier mechanism moves differently...
+    assert two_devices["reused"] <= 1e-12 * two_devices["forward"][2]  # ...and batch saw it
 
 
 def test_mismatched_batch_named():

@@ -101,6 +101,21 @@ def batch(
         )
         return jax.device_put(x, whole) if elsewhere else x
 
+    shared = {}  # position -> (argument, its copy on every device)
+
+    def replicated(position, arg):
+        """A shared argument (the mechanism, say) copied to every device once and reused while
+        the same object comes back: jit would otherwise copy each of its leaves on every call.
+        Only arguments whose arrays are all (immutable) JAX arrays are kept."""
+        if position in shared and shared[position][0] is arg:
+            return shared[position][1]
+        leaves = [x for x in jax.tree.leaves(arg) if eqx.is_array(x)]
+        if not leaves or not all(isinstance(x, jax.Array) for x in leaves):
+            return jax.tree.map(movable, arg)
+        copy = jax.tree.map(lambda x: jax.device_put(x, whole) if eqx.is_array(x) else x, arg)
+        shared[position] = (arg, copy)
+        return copy
+
     def call(*args):
         axes = (in_axes,) * len(args) if not isinstance(in_axes, Sequence) else tuple(in_axes)
         if len(axes) != len(args):
@@ -108,6 +123,10 @@ def batch(
         if any(axis not in (0, None) for axis in axes):
             raise ValueError(f"batch: in_axes entries must be 0 or None, got {axes}")
         _batch_size(args, axes)
-        return mapped(axes, *jax.tree.map(movable, args))
+        args = [
+            replicated(i, arg) if axis is None else jax.tree.map(movable, arg)
+            for i, (arg, axis) in enumerate(zip(args, axes))
+        ]
+        return mapped(axes, *args)
 
     return call
