@@ -2,7 +2,8 @@
 random serial chains (spatial, and one planar chain), float64, B states at once.
 
 Per core: loopdyn's natively batched call on one XLA device against `pin.abaInParallel` /
-`pin.rneaInParallel` over a `pin.ModelPool` with 1 thread. Per machine: `loopdyn.batch` over one
+`pin.rneaInParallel` over a `pin.ModelPool` with 1 thread, timed in a child process pinned to one
+core from its start. Per machine: `loopdyn.batch` over one
 host device per core against the same with all threads. Per-call `aba`/`rnea` (through Python) is
 a third column. Times are medians of wall time; compile time is reported apart.
 
@@ -12,8 +13,12 @@ Writes a Markdown table (and the raw numbers as JSON beside it) describing the m
 """
 
 import os
+import sys
 
 CORES = os.cpu_count()
+if "--core-worker" in sys.argv:  # `pinned_core_timings`' child: one core before JAX starts
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={CORES}")
 
 import jax
@@ -25,10 +30,12 @@ import datetime
 import json
 import platform
 import statistics
-import sys
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 
@@ -72,21 +79,64 @@ def chain(n, planar):
     return mech, pinocchio_problem(random_planar_tree(n, n, planar=False, serial=True))[1]
 
 
-def bench_case(n, planar, batch, repeats):
-    """Timings (seconds per state unless noted) for one chain of ``n`` bodies."""
+CASES = {
+    "fd": (tree.forward_dynamics, pin.abaInParallel, pin.aba),
+    "id": (tree.inverse_dynamics, pin.rneaInParallel, pin.rnea),
+}
+
+
+def problem(n, planar, batch):
+    """The chain, its Pinocchio model and ``batch`` random ``(q, qd, tau or qdd)`` (the same in
+    every process)."""
     mech, model = chain(n, planar)
     rng = np.random.default_rng(n)
-    states = [rng.uniform(-2.0, 2.0, size=(batch, n)) for _ in range(3)]  # q, qd, tau or qdd
-    one_device = [jax.device_put(x, jax.devices()[0]) for x in states]
+    states = [rng.uniform(-2.0, 2.0, size=(batch, n)) for _ in range(3)]
     columns = [np.asfortranarray(x.T) for x in states]  # Pinocchio's (nq, B) layout
-    pools = {threads: pin.ModelPool(model, threads) for threads in {1, CORES}}
-    data = model.createData()
+    return mech, model, states, columns
+
+
+def core_timings(n, planar, batch, repeats):
+    """Per-core timings (seconds per state): loopdyn's native batch on one device, Pinocchio's
+    batched path with 1 thread, and its per-call function. Run in a process pinned to one core."""
+    mech, model, states, columns = problem(n, planar, batch)
+    arrays = [jnp.asarray(x) for x in states]
+    pool, data, result = pin.ModelPool(model, 1), model.createData(), {}
+    reference = np.zeros((n, batch), order="F")
+    for name, (ours, parallel, per_call) in CASES.items():
+        fn = jax.jit(ours)
+        fn(mech, *arrays).block_until_ready()
+        result[f"{name}_core"] = (
+            median_time(lambda: fn(mech, *arrays).block_until_ready(), 1, repeats) / batch
+        )
+        result[f"{name}_pin_1"] = (
+            median_time(lambda: parallel(1, pool, *columns, reference), 1, repeats) / batch
+        )
+        result[f"{name}_pin_call"] = median_time(
+            lambda: per_call(model, data, states[0][0], states[1][0], states[2][0]), 2000, repeats
+        )
+    return result
+
+
+def pinned_core_timings(cases, batch, repeats):
+    """`core_timings` of every case, in a child process pinned to one core from its start (so
+    XLA sizes its thread pool to that core: a process pinned later keeps a second pool thread
+    that competes for the core, and unpinned, that thread spins on the other core)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "core.json"
+        command = [sys.executable, __file__, "--core-worker", str(out), "--batch", str(batch)]
+        command += ["--repeats", str(repeats), "--cases", json.dumps(cases)]
+        subprocess.run(command, check=True)
+        return json.loads(out.read_text())
+
+
+def machine_timings(n, planar, batch, repeats):
+    """Compile times, errors against Pinocchio, and per-machine timings (all cores) of one
+    chain; seconds (per state for the timings)."""
+    mech, model, states, columns = problem(n, planar, batch)
+    one_device = [jax.device_put(x, jax.devices()[0]) for x in states]
+    pools = {threads: pin.ModelPool(model, threads) for threads in (1, CORES)}
     result = {"n": n, "planar": planar, "devices": len(jax.devices())}
-    cases = {
-        "fd": (tree.forward_dynamics, pin.abaInParallel, pin.aba),
-        "id": (tree.inverse_dynamics, pin.rneaInParallel, pin.rnea),
-    }
-    for name, (ours, parallel, per_call) in cases.items():
+    for name, (ours, parallel, _) in CASES.items():
         per_core = jax.jit(ours)
         per_machine = loopdyn.batch(ours, in_axes=(None, 0, 0, 0), vectorized=True)
         result[f"{name}_compile"], out = first_call(per_core, mech, *one_device)
@@ -98,21 +148,12 @@ def bench_case(n, planar, batch, repeats):
         result[f"{name}_error_machine"] = float(
             np.max(np.abs(np.asarray(out_all) - reference.T)) / scale
         )
-        result[f"{name}_core"] = (
-            median_time(lambda: per_core(mech, *one_device).block_until_ready(), 1, repeats) / batch
-        )
         result[f"{name}_machine"] = (
             median_time(lambda: per_machine(mech, *states).block_until_ready(), 1, repeats) / batch
         )
-        for threads in sorted(pools):
-            result[f"{name}_pin_{threads}"] = (
-                median_time(
-                    lambda: parallel(threads, pools[threads], *columns, reference), 1, repeats
-                )
-                / batch
-            )
-        result[f"{name}_pin_call"] = median_time(
-            lambda: per_call(model, data, states[0][0], states[1][0], states[2][0]), 2000, repeats
+        result[f"{name}_pin_{CORES}"] = (
+            median_time(lambda: parallel(CORES, pools[CORES], *columns, reference), 1, repeats)
+            / batch
         )
     return result
 
@@ -168,7 +209,8 @@ def markdown(info, results, batch, repeats):
         f"{info['devices']} host devices), pinocchio {info['pinocchio']}",
         f"- B = {batch} states; medians of wall time over {repeats} repeats, µs per state.",
         "- *per core*: `jax.jit(tree.forward_dynamics)` on one XLA device (its native batch) vs "
-        "`pin.abaInParallel(1, ModelPool, ...)` (1 thread); ratio = pin / loopdyn, > 1 means "
+        "`pin.abaInParallel(1, ModelPool, ...)` (1 thread), both (and the per-call column) timed "
+        "in a child process pinned to one core from its start; ratio = pin / loopdyn, > 1 means "
         "loopdyn is faster.",
         f"- *per machine*: `loopdyn.batch(..., vectorized=True)` over {info['devices']} host "
         f"devices vs `pin.abaInParallel({info['cores']}, ...)`.",
@@ -216,13 +258,23 @@ def main():
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/tree_dynamics.md")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--sizes", type=int, nargs="*", help="chain lengths (default: all)")
+    parser.add_argument("--core-worker", help=argparse.SUPPRESS)  # internal: the pinned child
+    parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cases", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.core_worker:  # the pinned child of `pinned_core_timings`
+        cases = json.loads(args.cases)
+        timings = [core_timings(n, planar, args.batch, args.repeats) for n, planar in cases]
+        write_atomic(Path(args.core_worker), json.dumps(timings))
+        return
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     repeats = 5 if args.quick else 15
-    info, results = machine(), []
+    info = machine()
     cases = [(n, False) for n in sizes] + [(PLANAR_SIZE, True)]
-    for n, planar in cases:
-        r = bench_case(n, planar, args.batch, repeats)
+    per_core = pinned_core_timings(cases, args.batch, repeats)
+    results = []
+    for (n, planar), core in zip(cases, per_core):
+        r = machine_timings(n, planar, args.batch, repeats) | core
         results.append(r)
         print(
             f"n={n:3d} {'planar ' if planar else 'spatial'} "
