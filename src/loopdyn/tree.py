@@ -642,9 +642,15 @@ def joint_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "...
     return _batched(mech, functools.partial(_joint_wrenches, mech), f_ext, q=q, qd=qd, qdd=qdd)
 
 
-def _inverse_dynamics(mech, params, q, qd, qdd, f_ext):
-    frames, w = _body_wrenches(mech, params, q, qd, qdd, f_ext)
+def _joint_forces(mech, frames, f_ext):
+    """``tau = N^T w`` (seed 000 eq. 6): the bodies' wrenches summed tips -> base and projected
+    on each joint's ``p_i``."""
+    w = _wrenches(mech, frames, _external(mech, frames, f_ext))
     return _up(mech, lambda total, s: (_dot(s, total), total), w, frames.subspace)
+
+
+def _inverse_dynamics(mech, params, q, qd, qdd, f_ext):
+    return _joint_forces(mech, _frames(mech, params, q, qd, qdd), f_ext)
 
 
 @eqx.filter_jit
@@ -795,10 +801,8 @@ def subsystem_terms(
 
 def _system_terms(mech, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
-    wrenches = _wrenches(mech, frames, _external(mech, frames, f_ext))
-    bias = _up(mech, lambda total, s: (_dot(s, total), total), wrenches, frames.subspace)
     (mass,) = _inertia_blocks(mech, frames, ((0, mech.num_bodies),))
-    return tau - bias, mass, _motion(params, frames)
+    return tau - _joint_forces(mech, frames, f_ext), mass, _motion(params, frames)
 
 
 @eqx.filter_jit
