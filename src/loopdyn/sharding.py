@@ -25,20 +25,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+_ARRAY = object()  # stands for an array leaf in a call's static structure
 
-def _batch_size(args, in_axes):
-    sizes = {
-        (i, x.shape[0])
-        for i, (arg, axis) in enumerate(zip(args, in_axes))
-        if axis is not None
-        for x in jax.tree.leaves(arg)
-    }
-    if not sizes:
+
+def _batch_size(shapes):
+    """The common batch size of ``(argument index, leading size)`` pairs, or a named error."""
+    if not shapes:
         raise ValueError("batch: no argument is batched (every in_axes entry is None)")
-    if len({size for _, size in sizes}) > 1:
-        shown = ", ".join(f"argument {i}: {size}" for i, size in sorted(sizes))
+    if len({size for _, size in shapes}) > 1:
+        shown = ", ".join(f"argument {i}: {size}" for i, size in sorted(set(shapes)))
         raise ValueError(f"batch: batched arguments disagree on the batch size ({shown})")
-    return sizes.pop()[1]
+    return shapes[0][1]
+
+
+def _flatten(arg):
+    """``(treedef, static leaves with _ARRAY for arrays, array leaves)`` of one argument."""
+    leaves, treedef = jax.tree.flatten(arg)
+    static = tuple(_ARRAY if eqx.is_array(x) else x for x in leaves)
+    return treedef, static, [x for x in leaves if eqx.is_array(x)]
 
 
 def batch(
@@ -54,8 +58,14 @@ def batch(
     one value for all. ``devices`` defaults to ``jax.local_devices()`` (this process's). Each
     device runs ``fn`` on its share of the batch (``jax.shard_map``): ``jax.vmap(fn)``, or ``fn``
     itself when ``vectorized`` (it already takes a leading batch axis, like the `tree`
-    functions). The batch is padded to a multiple of the device count by repeating its last state, and the padding is
-    dropped from the result, so any batch size works. Outputs have the batch as leading axis.
+    functions). A batch whose size is not a multiple of the device count is padded inside the
+    program by repeating its last state, and the padding is dropped from the result, so any batch
+    size works. Outputs have the batch as leading axis, split over the devices.
+
+    One program is compiled per call structure (argument shapes and non-array leaves). Batched
+    arrays go straight to their device shares; a shared argument whose arrays are all JAX arrays
+    (the mechanism, say) is copied to every device once and reused while the same object comes
+    back.
 
     >>> fd = batch(loopdyn.forward_dynamics, in_axes=(None, 0, 0, 0))
     >>> qdd, lam = fd(mech, q, qd, tau)  # q, qd, tau of shape (B, n)
@@ -66,55 +76,60 @@ def batch(
     mesh = Mesh(np.array(devices), ("batch",))
     split = NamedSharding(mesh, PartitionSpec("batch"))
     whole = NamedSharding(mesh, PartitionSpec())
+    programs = {}  # call structure -> jitted program
+    shared = {}  # position -> (argument, its flattened form with arrays on every device)
 
-    @eqx.filter_jit
-    def mapped(axes, *args):
-        size = _batch_size(args, axes)
-        padded = -size % len(devices) + size
+    def program(structure, axes, size):
+        statics = [static for _, static in structure]
+        padded = size + -size % len(devices)
+        batched = [
+            axis is not None for static, axis in zip(statics, axes) for x in static if x is _ARRAY
+        ]
 
-        def place(x, axis):  # padding and placement inside the program: no per-call transfers
-            if axis is None:
-                return jax.lax.with_sharding_constraint(x, whole)
-            if padded > size:
-                x = jnp.concatenate([x, jnp.repeat(x[-1:], padded - size, axis=0)])
-            return jax.lax.with_sharding_constraint(x, split)
-
-        dynamic, static = eqx.partition(args, eqx.is_array)
-        dynamic = tuple(
-            jax.tree.map(lambda x, axis=axis: place(x, axis), d) for d, axis in zip(dynamic, axes)
-        )
-
-        def local(*dynamic):
-            args = eqx.combine(dynamic, static)
+        def local(*arrays):
+            arrays, args = iter(arrays), []
+            for treedef, static in structure:
+                leaves = [next(arrays) if x is _ARRAY else x for x in static]
+                args.append(jax.tree.unflatten(treedef, leaves))
             return fn(*args) if vectorized else jax.vmap(fn, in_axes=axes)(*args)
 
-        specs = tuple(
-            jax.tree.map(lambda _, axis=axis: PartitionSpec() if axis is None else split.spec, d)
-            for d, axis in zip(dynamic, axes)
-        )
-        run = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=split.spec, check_vma=False)
-        return jax.tree.map(lambda x: x[:size], run(*dynamic))
+        def run(*arrays):
+            if padded > size:  # repeat the last state, then split
+                arrays = [
+                    jax.lax.with_sharding_constraint(
+                        jnp.concatenate([x, jnp.repeat(x[-1:], padded - size, axis=0)]), split
+                    )
+                    if b
+                    else x
+                    for x, b in zip(arrays, batched)
+                ]
+            specs = tuple(split.spec if b else PartitionSpec() for b in batched)
+            out = jax.shard_map(
+                local, mesh=mesh, in_specs=specs, out_specs=split.spec, check_vma=False
+            )(*arrays)
+            return jax.tree.map(lambda x: x[:size], out)
 
-    def movable(x):  # arrays committed to other devices are copied; the rest moves in the program
-        elsewhere = (
-            isinstance(x, jax.Array) and x.committed and x.sharding.device_set != set(devices)
-        )
-        return jax.device_put(x, whole) if elsewhere else x
+        placement = tuple(split if b and padded == size else None if b else whole for b in batched)
+        return jax.jit(run, in_shardings=placement)
 
-    shared = {}  # position -> (argument, its copy on every device)
-
-    def replicated(position, arg):
-        """A shared argument (the mechanism, say) copied to every device once and reused while
-        the same object comes back: jit would otherwise copy each of its leaves on every call.
-        Only arguments whose arrays are all (immutable) JAX arrays are kept."""
-        if position in shared and shared[position][0] is arg:
+    def flattened(position, arg, axis):
+        """``(treedef, static leaves, arrays, placed)`` of an argument; shared JAX arrays are
+        copied to every device once per object (jit would otherwise copy each leaf of the
+        mechanism on every call)."""
+        if axis is None and position in shared and shared[position][0] is arg:
             return shared[position][1]
-        leaves = [x for x in jax.tree.leaves(arg) if eqx.is_array(x)]
-        if not leaves or not all(isinstance(x, jax.Array) for x in leaves):
-            return jax.tree.map(movable, arg)
-        copy = jax.tree.map(lambda x: jax.device_put(x, whole) if eqx.is_array(x) else x, arg)
-        shared[position] = (arg, copy)
-        return copy
+        treedef, static, arrays = _flatten(arg)
+        if axis is None and arrays and all(isinstance(x, jax.Array) for x in arrays):
+            shared[position] = (arg, (treedef, static, jax.device_put(arrays, whole), True))
+            return shared[position][1]
+        return treedef, static, arrays, False
+
+    def placed(x, where):  # arrays committed elsewhere are copied to their place first
+        if not (isinstance(x, jax.Array) and x.committed):
+            return x
+        if where is None:
+            return x if x.sharding.device_set == set(devices) else jax.device_put(x, whole)
+        return x if x.sharding.is_equivalent_to(where, x.ndim) else jax.device_put(x, where)
 
     def call(*args):
         axes = (in_axes,) * len(args) if not isinstance(in_axes, Sequence) else tuple(in_axes)
@@ -122,11 +137,25 @@ def batch(
             raise ValueError(f"batch: in_axes has {len(axes)} entries for {len(args)} arguments")
         if any(axis not in (0, None) for axis in axes):
             raise ValueError(f"batch: in_axes entries must be 0 or None, got {axes}")
-        _batch_size(args, axes)
-        args = [
-            replicated(i, arg) if axis is None else jax.tree.map(movable, arg)
-            for i, (arg, axis) in enumerate(zip(args, axes))
-        ]
-        return mapped(axes, *args)
+        flat = [flattened(i, arg, axis) for i, (arg, axis) in enumerate(zip(args, axes))]
+        size = _batch_size(
+            [
+                (i, x.shape[0])
+                for i, (f, axis) in enumerate(zip(flat, axes))
+                if axis == 0
+                for x in f[2]
+            ]
+        )
+        structure = tuple((treedef, static) for treedef, static, *_ in flat)
+        key = (structure, axes, size)
+        if key not in programs:
+            programs[key] = program(structure, axes, size)
+        run = programs[key]
+        divisible = size % len(devices) == 0
+        arrays = []
+        for (*_, leaves, ready), axis in zip(flat, axes):
+            where = whole if axis is None else split if divisible else None
+            arrays += leaves if ready else [placed(x, where) for x in leaves]
+        return run(*arrays)
 
     return call
