@@ -43,6 +43,11 @@ def test_beyond_the_reduction_limit_and_non_finite_angles_use_the_library():
     for bad in (np.nan, np.inf):
         sin, versine = evaluate(np.array([0.3, bad]))
         assert np.isfinite(sin[0]) and np.isnan(sin[1]) and np.isnan(versine[1])
+    single = np.array([0.3, 2.0], dtype=np.float32)  # other dtypes: the library's functions
+    sin, versine = evaluate(single)
+    assert sin.dtype == np.float32
+    np.testing.assert_array_equal(sin, jnp.sin(single))
+    np.testing.assert_array_equal(versine, 1 - jnp.cos(single))
     # under vmap the choice is per mapped row
     rows = jax.vmap(sin_versine)(jnp.array([[0.3, 1.0], [2.0 * REDUCTION_LIMIT, 1.0]]))
     np.testing.assert_allclose(rows[0][1], np.sin([2.0 * REDUCTION_LIMIT, 1.0]), atol=EPS)

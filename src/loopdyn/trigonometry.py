@@ -9,7 +9,8 @@ series to ``r^17`` and ``r^18`` (truncation below ``1e-19``): only multiplies, a
 which XLA vectorises over states (about 3 ns per angle). The versine is computed directly, so it
 keeps full relative accuracy for small angles, where ``1 - cos q`` cancels. A batch holding an
 angle beyond `REDUCTION_LIMIT` (or a NaN) is computed by the library instead; the choice is a
-``lax.cond``, whose outputs XLA materialises once.
+``lax.cond``, whose outputs XLA materialises once. This is a float64 CPU path: elsewhere the
+library's functions are used.
 """
 
 import decimal
@@ -62,15 +63,21 @@ def _library(q):
     return jnp.sin(q), 1.0 - jnp.cos(q)
 
 
-@jax.custom_jvp
-def sin_versine(q):
-    """``(sin q, 1 - cos q)`` elementwise, to within 2 ulp of ``|q|``'s scale for
-    ``|q| <= REDUCTION_LIMIT`` (and the versine to a few ulp relative for small ``q``)."""
-    q = jnp.asarray(q)
-    if q.size == 0:
-        return _library(q)
+def _reduced_or_library(q):
     reducible = jnp.max(jnp.abs(q)) <= REDUCTION_LIMIT
     return jax.lax.cond(reducible, _reduced, _library, q)
+
+
+@jax.custom_jvp
+def sin_versine(q):
+    """``(sin q, 1 - cos q)`` elementwise: within ``eps/2`` (sine) and ``eps`` (versine) of the
+    exact values for ``|q| <= REDUCTION_LIMIT``, the versine also to ``2 eps`` relative for small
+    ``q``. The arithmetic path is taken for float64 on CPU; other dtypes and platforms (whose
+    ``sin`` is native, and where a ``cond`` would cost a device-to-host copy) use the library."""
+    q = jnp.asarray(q)
+    if q.dtype != jnp.float64 or q.size == 0:
+        return _library(q)
+    return jax.lax.platform_dependent(q, cpu=_reduced_or_library, default=_library)
 
 
 @sin_versine.defjvp
