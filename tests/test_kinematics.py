@@ -13,6 +13,7 @@ import pytest
 
 import loopdyn
 from loopdyn import kinematics as K
+from loopdyn import mechanisms
 
 TURN_Y = np.array([[0.0, 0, 1], [0, 1, 0], [-1, 0, 0]])  # +90 degrees about y
 
@@ -179,7 +180,7 @@ project_velocity = jax.jit(K.project_velocity, static_argnames="fixed")
 def derivatives(mech, q, qd):
     """`loop_terms` (Phi, J, J' qd), the autodiff references of J and J' qd (jacfwd of Phi, the
     JVP of ``q -> J(q) qd`` along ``qd``), and the stand-alone functions' values: Phi, J qd and
-    J' qd (one compilation per mechanism)."""
+    J' qd."""
     jac_ad, phi = jax.jacfwd(lambda x: (K.loop_residual(mech, x),) * 2, has_aux=True)(q)
     jac_qd, bias_ad = jax.jvp(lambda x: K.loop_jacobian(mech, x) @ qd, (q,), (qd,))
     return K.loop_terms(mech, q, qd), (jac_ad, bias_ad), (phi, jac_qd, K.loop_bias(mech, q, qd))
@@ -193,23 +194,171 @@ def closed(name):
     return result.q
 
 
-@pytest.mark.parametrize("name", list(MECHANISMS))
-def test_jacobian_and_bias_are_derivatives(name):
-    """At three random (not closed) configurations and, where the mechanism closes, a closed one."""
-    mech = MECHANISMS[name]
+ARRAYS = (  # what the kinematics reads of a mechanism, stacked body by body and cut by cut
+    "mass", "com", "inertia", "axis", "q0", "parent_position", "parent_rotation", "child_position",
+    "child_rotation", "cut_axis", "cut_position_a", "cut_rotation_a", "cut_position_b",
+    "cut_rotation_b",
+)  # fmt: skip
+
+
+def side_by_side(mechs):
+    """One mechanism holding ``mechs`` side by side (names prefixed ``k:``, no body shared), so
+    that one compiled program checks them all: its loops are theirs and involve only their own
+    coordinates, so its Phi, J and J' qd are theirs, stacked. Returns it and, per mechanism, the
+    slice of its coordinates and the indices of its constraint rows. (Springs are left out.)"""
+    b = loopdyn.MechanismBuilder(planar=mechs[0].planar)
+    for k, m in enumerate(mechs):
+        body = [f"{k}:{name}" for name in m.body_names] + ["ground"]  # body[-1]: the ground
+        for i in range(m.num_bodies):
+            if m.mass[i] > 0:
+                b.add_body(body[i], float(m.mass[i]), m.com[i], m.inertia[i])
+            else:
+                b.add_frame(body[i])
+            b.add_joint(
+                f"{k}:{m.coordinate_names[i]}",
+                m.joint_kinds[i],
+                body[m.parent[i]],
+                body[i],
+                axis=m.axis[i],
+                position=m.parent_position[i],
+                rotation=m.parent_rotation[i],
+                child_position=m.child_position[i],
+                child_rotation=m.child_rotation[i],
+            )
+        for c, cut in enumerate(m.cut_joints):
+            b.add_joint(
+                f"{k}:{cut.name}",
+                cut.kind,
+                body[cut.body_a],
+                body[cut.body_b],
+                axis=m.cut_axis[c],
+                position=m.cut_position_a[c],
+                rotation=m.cut_rotation_a[c],
+                child_position=m.cut_position_b[c],
+                child_rotation=m.cut_rotation_b[c],
+                cut=True,
+            )
+    # The builder re-normalises axes and rotations (1 ulp): the union takes their exact values.
+    built = b.build(q0=np.concatenate([m.q0 for m in mechs]))
+    exact = {name: np.concatenate([getattr(m, name) for m in mechs]) for name in ARRAYS}
+    for name in ARRAYS:
+        np.testing.assert_allclose(getattr(built, name), exact[name], rtol=1e-15, atol=1e-15)
+    union = eqx.tree_at(
+        lambda u: [getattr(u, name) for name in ARRAYS], built, list(exact.values())
+    )
+    assert [c.name for c in union.cut_joints] == [
+        f"{k}:{c.name}" for k, m in enumerate(mechs) for c in m.cut_joints
+    ]
+    top, coordinates, rows, start = union.topology, [], [], 0
+    for k, m in enumerate(mechs):  # the same joints, bodies and cut joints, in the same order
+        own = slice(start, start + m.num_bodies)
+        assert union.coordinate_names[own] == tuple(f"{k}:{c}" for c in m.coordinate_names)
+        assert union.parent[own] == tuple(p + start if p >= 0 else -1 for p in m.parent)
+        assert union.joint_kinds[own] == m.joint_kinds
+        loops = [i for i, loop in enumerate(top.loops) if loop.name.startswith(f"{k}:")]
+        assert [top.loops[i].cut for i in loops] == sorted(top.loops[i].cut for i in loops)
+        cuts = [union.cut_joints[top.loops[i].cut] for i in loops]
+        assert [(c.name, c.kind, c.body_a, c.body_b) for c in cuts] == [
+            (f"{k}:{c.name}", c.kind, *(x + start if x >= 0 else -1 for x in (c.body_a, c.body_b)))
+            for c in m.cut_joints
+        ]
+        coordinates.append(own)
+        rows.append(np.concatenate([np.arange(top.num_rows)[top.rows(i)] for i in loops]))
+        assert len(rows[k]) == m.topology.num_rows
+        start += m.num_bodies
+    return union, coordinates, rows
+
+
+# The library's four-bar, slider-crank (a prismatic tree joint closed by a revolute cut) and RSSR
+# have the joint and cut kinds of the hand-built four_bar, two_loop and rssr; that the library's
+# q0 closes the loops, test_mechanisms.test_q0_closes_every_loop_and_mobility_is_as_expected.
+LIBRARY = {
+    "carpet_scraper": mechanisms.carpet_scraper,
+    "three_rrr": mechanisms.three_rrr,
+    "rssr": mechanisms.rssr,
+    "excavator": mechanisms.excavator,
+    "quarter_car": mechanisms.quarter_car,
+    "stewart": mechanisms.stewart,
+    "ladder": functools.partial(mechanisms.ladder, 3),
+}
+
+
+@functools.cache
+def library(name):
+    return LIBRARY[name]()
+
+
+def derivative_states(mech, name, from_library):
+    """Four configurations and random rates. Hand-built: random (not closed) configurations and,
+    where the mechanism closes, a closed one last; library: the assembled q0 first, then three
+    perturbed off closure."""
     rng = np.random.default_rng(len(name))
-    qs = rng.uniform(-np.pi, np.pi, (3, mech.num_bodies))
+    n = mech.num_bodies
+    if from_library:
+        qs = np.asarray(mech.q0) + np.concatenate([np.zeros((1, n)), rng.normal(size=(3, n)) * 0.3])
+        return qs, rng.normal(size=qs.shape)
+    qs = rng.uniform(-np.pi, np.pi, (3 if name in GUESS else 4, n))
     if name in GUESS:
         qs = np.concatenate([qs, np.asarray(closed(name))[None]])
-    qds = rng.normal(size=qs.shape) * 2.0
-    (phi, j, b), (j_ad, b_ad), alone = derivatives(mech, jnp.asarray(qs), jnp.asarray(qds))
-    assert j.shape == (len(qs), mech.topology.num_rows, mech.num_bodies)
-    assert float(jnp.max(jnp.abs(j))) > 0.1 and float(jnp.max(jnp.abs(b))) > 0.1
+    return qs, rng.normal(size=qs.shape) * 2.0
+
+
+@functools.cache
+def all_derivatives(planar):
+    """`derivatives` of every planar (or every spatial) mechanism, hand-built and library, side by
+    side in one program (one compilation per kind): ``{(library, name): (qs, qds, terms,
+    references, alone)}``, each mechanism's rows and coordinates cut out of the whole."""
+    cases = [(False, name, m) for name, m in MECHANISMS.items()]
+    cases += [(True, name, library(name)) for name in LIBRARY]
+    cases = [c for c in cases if c[2].planar == planar]
+    union, coordinates, rows = side_by_side([m for _, _, m in cases])
+    states = [derivative_states(m, name, lib) for lib, name, m in cases]
+    qs, qds = (jnp.asarray(np.concatenate(x, axis=1)) for x in zip(*states))
+    out = jax.tree.map(np.asarray, derivatives(union, qs, qds))
+    found = {}
+    for (lib, name, _), own, r, (q, qd) in zip(cases, coordinates, rows, states):
+        cut = jax.tree.map(
+            lambda x, r=r, own=own: x[:, r][:, :, own] if x.ndim == 3 else x[:, r], out
+        )
+        found[lib, name] = (q, qd, *cut)
+    return found
+
+
+def assert_derivatives(q, qd, terms, references, alone):
+    """J = jacfwd(Phi) and J' qd = JVP of J qd; `loop_terms` equals the stand-alone functions."""
+    (phi, j, b), (j_ad, b_ad) = terms, references
     np.testing.assert_allclose(j, j_ad, rtol=0, atol=1e-10)
     np.testing.assert_allclose(b, b_ad, rtol=0, atol=1e-10)
-    jac_qd = jnp.einsum("cmn,cn->cm", j, jnp.asarray(qds))
+    jac_qd = np.einsum("cmn,cn->cm", j, qd)
     for one, other in zip((phi, jac_qd, b), alone):
         np.testing.assert_allclose(one, other, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS))
+def test_jacobian_and_bias_are_derivatives(name):
+    """At three random (not closed) configurations and, where the mechanism closes, a closed one
+    (four random ones where it does not)."""
+    mech = MECHANISMS[name]
+    q, qd, terms, references, alone = all_derivatives(mech.planar)[False, name]
+    phi, j, b = terms
+    assert j.shape == (len(q), mech.topology.num_rows, mech.num_bodies)
+    assert np.max(np.abs(j)) > 0.1 and np.max(np.abs(b)) > 0.1
+    if name in GUESS:
+        assert np.max(np.abs(phi[-1])) <= 1e-12
+    assert_derivatives(q, qd, terms, references, alone)
+
+
+@pytest.mark.parametrize("name", list(LIBRARY))
+def test_library_jacobian_and_bias_are_derivatives(name):
+    """The larger mechanisms of `loopdyn.mechanisms`, at the assembled q0 and at three
+    configurations perturbed off closure."""
+    mech = library(name)
+    q, qd, terms, references, alone = all_derivatives(mech.planar)[True, name]
+    phi, j, b = terms
+    assert j.shape == (len(q), mech.topology.num_rows, mech.num_bodies)
+    assert np.max(np.abs(j)) > 0.1 and np.max(np.abs(b)) > 0.1
+    assert np.max(np.abs(phi[0])) <= 1e-12
+    assert_derivatives(q, qd, terms, references, alone)
 
 
 def test_four_bar_residual_and_poses_match_hand_geometry():
@@ -385,36 +534,3 @@ def test_fixed_coordinates_are_checked():
         K.assemble(MECHANISMS["four_bar"], jnp.zeros(3), fixed=("X",))
     with pytest.raises(ValueError, match="index 5 out of range"):
         K.project_velocity(MECHANISMS["four_bar"], jnp.zeros(3), jnp.zeros(3), fixed=(5,))
-
-
-# The library's four-bar, slider-crank (a prismatic tree joint closed by a revolute cut) and RSSR
-# have the joint and cut kinds of the hand-built four_bar, two_loop and rssr, which
-# test_jacobian_and_bias_are_derivatives checks; that their q0 closes the loops,
-# test_mechanisms.test_q0_closes_every_loop_and_mobility_is_as_expected.
-LIBRARY = [
-    "carpet_scraper",
-    "three_rrr",
-    "rssr",
-    "excavator",
-    "quarter_car",
-    "stewart",
-    "ladder",
-]
-
-
-@pytest.mark.parametrize("name", LIBRARY)
-def test_library_jacobian_and_bias_are_derivatives(name):
-    """The larger mechanisms of `loopdyn.mechanisms`: J = jacfwd(Phi) and J' qd = JVP of J qd, at
-    the assembled q0 and at two configurations perturbed off closure."""
-    import loopdyn.mechanisms
-
-    mech = getattr(loopdyn.mechanisms, name)(*((3,) if name == "ladder" else ()))
-    rng = np.random.default_rng(len(name))
-    qs = np.asarray(mech.q0) + np.concatenate(
-        [np.zeros((1, mech.num_bodies)), rng.normal(size=(2, mech.num_bodies)) * 0.3]
-    )
-    qds = rng.normal(size=qs.shape)
-    (phi, j, b), (j_ad, b_ad), _ = derivatives(mech, jnp.asarray(qs), jnp.asarray(qds))
-    assert float(jnp.max(jnp.abs(phi[0]))) <= 1e-12
-    np.testing.assert_allclose(j, j_ad, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(b, b_ad, rtol=0, atol=1e-10)
