@@ -5,7 +5,7 @@ parallelogram, Pinocchio's constraint forces on the spatial RSSR, the solve plan
 redundant actuation, gradients, and one test per bad input.
 
 Each mechanism's checks run in one jitted program over a few random consistent states (compile
-time dominates; the suite's persistent cache keeps reruns fast).
+time dominates, so the programs are shared between tests).
 """
 
 import functools
