@@ -101,6 +101,7 @@ def launched(tmp_path_factory):
                     tmp / "distributed.zarr",
                     *("--coordinator", f"localhost:{port}", "--num-processes", "2"),
                     *("--process-id", str(k), "--verbose", "--plot", str(tmp / "hist.png")),
+                    *("--host-devices", "2"),  # each process's chunks split over its 2 devices
                 )
             )
             for k in range(2)

@@ -125,7 +125,9 @@ def batch(
         return treedef, static, arrays, False
 
     def placed(x, where):  # arrays committed elsewhere are copied to their place first
-        if not (isinstance(x, jax.Array) and x.committed):
+        if not isinstance(x, jax.Array):  # under jax.distributed jit takes no split numpy input
+            return x if where is None or jax.process_count() == 1 else jax.device_put(x, where)
+        if not x.committed:
             return x
         if where is None:
             return x if x.sharding.device_set == set(devices) else jax.device_put(x, whole)
