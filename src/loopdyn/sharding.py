@@ -110,7 +110,7 @@ def batch(
             return jax.tree.map(lambda x: x[:size], out)
 
         placement = tuple(split if b and padded == size else None if b else whole for b in batched)
-        return jax.jit(run, in_shardings=placement)
+        return jax.jit(run, in_shardings=placement), placement
 
     def flattened(position, arg, axis):
         """``(treedef, static leaves, arrays, placed)`` of an argument; shared JAX arrays are
@@ -152,12 +152,11 @@ def batch(
         key = (structure, axes, size)
         if key not in programs:
             programs[key] = program(structure, axes, size)
-        run = programs[key]
-        divisible = size % len(devices) == 0
-        arrays = []
-        for (*_, leaves, ready), axis in zip(flat, axes):
-            where = whole if axis is None else split if divisible else None
-            arrays += leaves if ready else [placed(x, where) for x in leaves]
+        run, placement = programs[key]
+        arrays, wheres = [], iter(placement)
+        for *_, leaves, ready in flat:
+            own = [next(wheres) for _ in leaves]
+            arrays += leaves if ready else [placed(x, where) for x, where in zip(leaves, own)]
         return run(*arrays)
 
     return call
