@@ -14,7 +14,6 @@ The subcommand is added to the ``loopdyn`` parser by `add_parser` and executed b
 from __future__ import annotations
 
 import math
-import os
 import pathlib
 import time
 
@@ -103,9 +102,8 @@ def print_statistics(stats, labels):
 
 def run(args):
     """Execute ``loopdyn montecarlo`` with the parsed ``args``."""
-    if args.host_devices:  # before JAX starts its backends
-        flag = f"--xla_force_host_platform_device_count={args.host_devices}"
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+    if args.host_devices:  # before JAX starts its backends (JAX raises if it has started)
+        jax.config.update("jax_num_cpu_devices", args.host_devices)
     if args.coordinator:
         jax.distributed.initialize(
             coordinator_address=args.coordinator,
