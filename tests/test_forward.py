@@ -3,8 +3,10 @@ satisfy the acceleration constraints and the equations of motion, match Pinocchi
 constraintDynamics, conserve energy (d/dt E = qd . tau), and refuse singular constraints and
 malformed arguments by name.
 
-Compile time dominates: every method of a mechanism runs in one jitted program over its random
-states (`solutions`), which the agreement, equation-of-motion, Pinocchio and energy tests share."""
+Compile time dominates: every method runs in one jitted program over the random states of all
+planar mechanisms placed side by side in one mechanism (another for the spatial ones, one for the
+quarter car: `GROUPS`); the agreement, equation-of-motion, Pinocchio and energy tests share it,
+each cutting its mechanism out (`solutions`)."""
 
 import functools
 
@@ -13,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_kinematics import side_by_side
 
 import loopdyn
 from loopdyn import energy, forward, kinematics, mechanisms, tree
@@ -35,20 +38,57 @@ def library(name):
     return LIBRARY[name]()
 
 
+# One compiled program per group: the planar mechanisms side by side in one mechanism, the spatial
+# ones in another (`test_kinematics.side_by_side`: names prefixed, exact arrays, structure
+# asserted), and the quarter car alone (side_by_side leaves springs out). A union's loops involve
+# only their own mechanism's coordinates, so its mass matrix is block diagonal and every method's
+# solution is each mechanism's, stacked; each test cuts its mechanism's rows and coordinates out.
+GROUPS = (
+    ("four_bar", "slider_crank", "ladder3", "three_rrr", "carpet_scraper", "excavator"),
+    ("rssr", "stewart"),
+    ("quarter_car",),
+)
+
+
+def union_of(group):
+    """The mechanism that holds ``group`` side by side and, per member, its coordinates (a slice)
+    and constraint rows."""
+    mechs = [library(name) for name in group]
+    if len(mechs) == 1:
+        mech = mechs[0]
+        return mech, [slice(0, mech.num_bodies)], [np.arange(mech.topology.num_rows)]
+    union, coordinates, rows = side_by_side(mechs)
+    for mech in mechs:  # what side_by_side does not compare
+        assert not mech.spring_names
+        np.testing.assert_array_equal(union.gravity, mech.gravity)
+    return union, coordinates, rows
+
+
 @functools.cache
-def random_states(name, count=3, seed=0):
-    """Assembled configurations near ``q0``, random velocities projected onto the null space of
-    J, and random joint forces."""
-    mech = library(name)
-    rng = np.random.default_rng(seed)
-    n = mech.num_bodies
+def random_states(group, count=3, seed=0):
+    """Per member: assembled configurations near ``q0`` (its actuated coordinates held), random
+    velocities projected onto the null space of J and random joint forces, drawn from its own
+    generator; the configurations are assembled, and J taken, on the union (one program each)."""
+    union, coordinates, _ = union_of(group)
+    guesses, raw, taus, fixed = [], [], [], []
+    for name, own in zip(group, coordinates):
+        mech = library(name)
+        rng = np.random.default_rng(seed)
+        n = mech.num_bodies
+        draws = [(mech.q0 + 0.05 * rng.normal(size=n), rng.normal(size=n)) for _ in range(count)]
+        guesses.append(np.stack([g for g, _ in draws]))
+        raw.append(np.stack([r for _, r in draws]))
+        taus.append(rng.normal(size=(count, n)))
+        fixed += [own.start + k for k in mech.actuated]
+    guesses, raw = np.concatenate(guesses, axis=1), np.concatenate(raw, axis=1)
+    n = union.num_bodies
     qs, qds = [], []
-    for _ in range(count):
-        q = kinematics.assemble(mech, mech.q0 + 0.05 * rng.normal(size=n), fixed=mech.actuated)
-        jac = np.asarray(kinematics.loop_jacobian(mech, q))
+    for guess, r in zip(guesses, raw):
+        q = kinematics.assemble(union, guess, fixed=tuple(fixed))
+        jac = np.asarray(kinematics.loop_jacobian(union, q))
         qs.append(q)
-        qds.append(jnp.asarray((np.eye(n) - np.linalg.pinv(jac) @ jac) @ rng.normal(size=n)))
-    return jnp.stack(qs), jnp.stack(qds), jnp.asarray(rng.normal(size=(count, n)))
+        qds.append(jnp.asarray((np.eye(n) - np.linalg.pinv(jac) @ jac) @ r))
+    return jnp.stack(qs), jnp.stack(qds), jnp.asarray(np.concatenate(taus, axis=1))
 
 
 @eqx.filter_jit
@@ -61,12 +101,42 @@ def batched(mech, q, qd, tau, methods, independent):
 
 
 @functools.cache
+def group_solutions(group):
+    """The union of ``group``, its states, every method's solutions there and the loop terms.
+    ``"embedding"`` takes every member's own independent coordinates."""
+    union, coordinates, rows = union_of(group)
+    q, qd, tau = random_states(group)
+    independent = tuple(
+        own.start + k
+        for name, own in zip(group, coordinates)
+        for k in forward.independent_coordinates(library(name))
+    )
+    return (
+        union,
+        coordinates,
+        rows,
+        (q, qd, tau),
+        batched(union, q, qd, tau, forward.METHODS, independent),
+    )
+
+
+def group_of(name):
+    return next(group for group in GROUPS if name in group)
+
+
+@functools.cache
 def solutions(name):
-    """The random states of ``name``, every method's solutions there and the loop terms."""
-    mech = library(name)
-    q, qd, tau = random_states(name)
-    independent = forward.independent_coordinates(mech)
-    return (q, qd, tau), *batched(mech, q, qd, tau, forward.METHODS, independent)
+    """The random states of ``name``, every method's solutions there and the loop terms, cut out
+    of its group's."""
+    group = group_of(name)
+    _, coordinates, rows, states, (results, terms) = group_solutions(group)
+    own, r = coordinates[group.index(name)], rows[group.index(name)]
+    states = tuple(x[:, own] for x in states)
+    results = {
+        m: forward.Solution(s.qdd[:, own], s.lam[:, r], s.singular) for m, s in results.items()
+    }
+    phi, jac, bias = terms
+    return states, results, (phi[:, r], jac[:, r][:, :, own], bias[:, r])
 
 
 def relative(a, b):
@@ -92,14 +162,26 @@ def tree_terms(mech, q, qd):
     return jax.vmap(lambda q, qd: (tree.mass_matrix(mech, q), tree.bias_forces(mech, q, qd)))(q, qd)
 
 
-@pytest.mark.parametrize("name", ["four_bar", "three_rrr"])
+@functools.cache
+def group_tree_terms(group):
+    union, _, _, (q, qd, _), _ = group_solutions(group)
+    return tree_terms(union, q, qd)
+
+
+# Every mechanism of the two unions (one program each); the quarter car's spring is in neither.
+@pytest.mark.parametrize("name", GROUPS[0] + GROUPS[1])
 def test_equations_of_motion_hold_with_the_multipliers(name):
-    """``I qdd - J^T lam = phi`` assembled from the tree algorithms independently of any method,
-    for every method; and the checked entry point `loopdyn.forward_dynamics` gives the batched
-    program's SSLM solution."""
+    """``I qdd - J^T lam = phi`` assembled from the tree algorithms independently of any method
+    (on the union: its ``I`` is block diagonal, each block the member's), for every method; and
+    for the four-bar and the 3-RRR the checked entry point `loopdyn.forward_dynamics` gives the
+    batched program's SSLM solution."""
     mech = library(name)
+    group = group_of(name)
+    own = group_solutions(group)[1][group.index(name)]
     (q, qd, tau), results, (_, jac, _) = solutions(name)
-    inertia, bias = tree_terms(mech, q, qd)
+    inertia, bias = group_tree_terms(group)
+    np.testing.assert_array_equal(inertia[:, own, :].at[:, :, own].set(0.0), 0.0)
+    inertia, bias = inertia[:, own, own], bias[:, own]
     rhs = tau - bias
     for method, result in results.items():
         lhs = jnp.einsum("kij,kj->ki", inertia, result.qdd)
@@ -107,9 +189,10 @@ def test_equations_of_motion_hold_with_the_multipliers(name):
         np.testing.assert_allclose(
             lhs, rhs, atol=1e-10 * float(jnp.max(jnp.abs(rhs))), err_msg=method
         )
-    qdd, lam = loopdyn.forward_dynamics(mech, q[0], qd[0], tau[0])
-    assert relative(qdd, results["sslm"].qdd[0]) < 1e-9
-    assert relative(lam, results["sslm"].lam[0]) < 1e-9
+    if name in ("four_bar", "three_rrr"):
+        qdd, lam = loopdyn.forward_dynamics(mech, q[0], qd[0], tau[0])
+        assert relative(qdd, results["sslm"].qdd[0]) < 1e-9
+        assert relative(lam, results["sslm"].lam[0]) < 1e-9
 
 
 def test_no_loops_is_the_tree():
@@ -203,24 +286,34 @@ def test_matches_pinocchio_constraint_dynamics(name):
 
 
 @eqx.filter_jit
-def energy_rates(mech, q, qd, qdd):
-    """``d/dt E(q, qd)`` along ``(qd, qdd)`` at each state."""
+def energy_rates(mech, q, qd, qdd, masks):
+    """``d/dt E_k(q, qd)`` along ``(qd, qdd)`` at each state for each member ``k`` of a union:
+    ``E`` of the union is the sum of its members' energies, so its derivative along ``(qd,
+    qdd)`` zeroed outside member ``k``'s coordinates (``masks[k]``) is member ``k``'s."""
 
-    def rate(q, qd, qdd):
-        return jax.jvp(functools.partial(energy.total_energy, mech), (q, qd), (qd, qdd))[1]
+    def rate(q, qd, qdd, mask):
+        tangents = (qd * mask, qdd * mask)
+        return jax.jvp(functools.partial(energy.total_energy, mech), (q, qd), tangents)[1]
 
-    return jax.vmap(rate)(q, qd, qdd)
+    per_state = jax.vmap(rate, in_axes=(0, 0, 0, None))
+    return jax.vmap(per_state, in_axes=(None, None, None, 0))(q, qd, qdd, masks)
 
 
-@pytest.mark.parametrize("name", ["four_bar", "rssr", "carpet_scraper"])
+# Every mechanism of the two unions (one program each).
+@pytest.mark.parametrize("name", GROUPS[0] + GROUPS[1])
 def test_power_balance(name):
     """The constraint forces do no work: d/dt E(q, qd) along (qd, qdd) equals the joint power,
     with every method's accelerations at the random states."""
-    mech = library(name)
-    (q, qd, tau), results, _ = solutions(name)
+    group = group_of(name)
+    union, coordinates, _, (q_all, qd_all, _), (all_results, _) = group_solutions(group)
+    masks = np.zeros((len(group), union.num_bodies))
+    for k, own in enumerate(coordinates):
+        masks[k, own] = 1.0
+    (_, qd, tau), results, _ = solutions(name)
     power = jnp.einsum("ki,ki->k", qd, tau)
-    for method, result in results.items():
-        rate = energy_rates(mech, q, qd, result.qdd)
+    for method in results:
+        rates = energy_rates(union, q_all, qd_all, all_results[method].qdd, jnp.asarray(masks))
+        rate = rates[group.index(name)]
         np.testing.assert_allclose(rate, power, rtol=1e-9, atol=1e-12, err_msg=method)
 
 
@@ -247,8 +340,8 @@ def test_redundant_loop_rows_are_named():
 
 def test_dead_centre_is_reported_not_nan():
     """A four-bar whose links line up (crank + coupler = ground + rocker, folded flat). Its bodies,
-    joints and actuator are named as the library four-bar's: its batched program is theirs,
-    compiled once (same static structure, the same number of states)."""
+    joints and actuator are named as the library four-bar's: `loopdyn.forward_dynamics`'s SSLM
+    program is theirs; the batched program holds the three methods it checks."""
     b = loopdyn.MechanismBuilder(planar=True)
     for body, length in (("crank", 0.1), ("coupler", 0.3), ("rocker", 0.2)):
         b.add_body(body, 1.0, (length / 2, 0, 0), 1e-3)
@@ -268,7 +361,7 @@ def test_dead_centre_is_reported_not_nan():
     assert jax.tree.structure(mech) == jax.tree.structure(library("four_bar"))
     state = (jnp.stack([mech.q0] * 3), jnp.zeros((3, 3)), jnp.ones((3, 3)))
     independent = forward.independent_coordinates(library("four_bar"))
-    flagged, _ = batched(mech, *state, forward.METHODS, independent)
+    flagged, _ = batched(mech, *state, forward.METHODS[:3], independent)
     for method in forward.METHODS[:3]:
         with pytest.raises(ValueError, match="cut joint 'C'"):
             loopdyn.forward_dynamics(mech, mech.q0, jnp.zeros(3), jnp.ones(3), method=method)

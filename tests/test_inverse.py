@@ -49,26 +49,42 @@ def _kkt(mech, q, qd, tau):
     return x[: mech.num_bodies], x[mech.num_bodies :]
 
 
-def consistent_states(mech, k=3, seed=0):
-    """``k`` states near ``mech.q0`` (the first at ``q0``, the others assembled from a perturbed
-    guess with the actuated coordinates held): random ``qd`` in the null space of J and the
-    accelerations that random actuator forces produce (`_kkt`). Returns ``(q, qd, qdd)`` and the
-    actuator forces and multipliers, each stacked ``(k, ...)``."""
+def random_draws(mech, k=3, seed=0):
+    """``k`` configurations near ``mech.q0`` (the first ``q0``, the others assembled from a
+    perturbed guess with the actuated coordinates held), and per configuration a random vector
+    for the velocity and random actuator forces, each stacked ``(k, ...)``."""
     rng = np.random.default_rng(seed)
-    actuated = np.array(mech.actuated, dtype=int)
     out = []
     for s in range(k):
         q = mech.q0
         if s and mech.cut_joints:
             guess = mech.q0 + 0.03 * rng.normal(size=mech.num_bodies)
             q = kinematics.assemble(mech, guess, fixed=mech.actuated or (0,))
-        jac = np.asarray(eqx.filter_jit(kinematics.loop_jacobian)(mech, q))
-        free = np.eye(mech.num_bodies) - np.linalg.pinv(jac) @ jac
-        qd = jnp.asarray(free @ rng.normal(size=mech.num_bodies))
-        u = rng.normal(size=len(actuated)) * 5.0
-        qdd, lam = _kkt(mech, q, qd, jnp.zeros(mech.num_bodies).at[actuated].set(u))
-        out.append((q, qd, qdd, jnp.asarray(u), lam))
-    return tuple(jnp.stack(x) for x in zip(*out))
+        out.append((q, rng.normal(size=mech.num_bodies), rng.normal(size=len(mech.actuated)) * 5.0))
+    return tuple(jnp.stack([jnp.asarray(x) for x in xs]) for xs in zip(*out))
+
+
+def complete(mech, q, raw, u):
+    """Traceable: ``qd`` the projection of ``raw`` onto the null space of J at ``q``, and the
+    accelerations and multipliers that the actuator forces ``u`` produce (`_kkt`). Returns
+    ``(q, qd, qdd, u, lam)``."""
+    jac = kinematics.loop_jacobian(mech, q)
+    qd = raw - jnp.linalg.pinv(jac) @ (jac @ raw)
+    tau = jnp.zeros(mech.num_bodies).at[np.array(mech.actuated, dtype=int)].set(u)
+    qdd, lam = _kkt(mech, q, qd, tau)
+    return q, qd, qdd, u, lam
+
+
+@eqx.filter_jit
+def _completed(mech, q, raw, u):
+    return jax.vmap(functools.partial(complete, mech))(q, raw, u)
+
+
+def consistent_states(mech, k=3, seed=0):
+    """``k`` consistent states near ``mech.q0`` (`random_draws`, `complete`): random ``qd`` in
+    the null space of J and the accelerations that random actuator forces produce. Returns
+    ``(q, qd, qdd)`` and the actuator forces and multipliers, each stacked ``(k, ...)``."""
+    return _completed(mech, *random_draws(mech, k, seed))
 
 
 def _skew_vector(m):
@@ -145,27 +161,38 @@ def newton_euler_residual(mech, rigid, q, qd, qdd, result):
 
 @functools.cache
 def evaluated(name):
-    """Both methods and the balance residual at three consistent states of library mechanism
-    ``name``, in one compiled program."""
+    """Three consistent states of library mechanism ``name`` (`consistent_states`, completed in
+    the program), both methods and the balance residual there, in one compiled program."""
     mech = LIBRARY[name]()
-    states = consistent_states(mech)
     rigid = np.asarray(mech.mass) > 0
 
     @eqx.filter_jit
-    def run(mech, q, qd, qdd):
-        def one(q, qd, qdd):
+    def run(mech, q, raw, u):
+        def one(q, raw, u):
+            q, qd, qdd, u, lam = complete(mech, q, raw, u)
             sub = inverse_dynamics(mech, q, qd, qdd, check=False)
             system = inverse_dynamics(mech, q, qd, qdd, method="system", check=False)
             # Round trip: loopdyn's own forward dynamics (SSLM) driven by the computed forces.
             back = forward.solve(mech, q, qd, sub.tau, method="sslm")
             balance = newton_euler_residual(mech, rigid, q, qd, qdd, sub)
-            return sub, system, balance, back
+            return (q, qd, qdd, u, lam), (sub, system, balance, back, joint_frames(mech, q))
 
-        return jax.vmap(one)(q, qd, qdd)
+        return jax.vmap(one)(q, raw, u)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no determinate order: tested below
-        return mech, states, run(mech, *states[:3])
+        states, results = run(mech, *random_draws(mech))
+    return mech, states, results
+
+
+def joint_frames(mech, q):
+    """World axis and linear part of every tree joint's unit twist about the world origin, and
+    every joint's point (`joint_points`), at ``q``."""
+    position, rotation = tree.forward_kinematics(mech, q)
+    s = kinematics._spatial(mech, tree.motion_subspaces(mech))
+    axis = jnp.einsum("nij,nj->ni", rotation, s[:, :3])
+    linear = jnp.einsum("nij,nj->ni", rotation, s[:, 3:]) - jnp.cross(axis, position)
+    return axis, linear, joint_points(mech, q)
 
 
 def names(slow=SLOW):
@@ -186,7 +213,7 @@ def test_forces_and_multipliers_reproduce_the_forward_solution(name):
 def test_forward_dynamics_of_the_forces_returns_the_motion(name):
     """Round trip: `forward.solve` (SSLM) with the inverse dynamics' joint forces returns the
     prescribed accelerations, and its multipliers are the inverse dynamics' multipliers."""
-    _, (_, _, qdd, _, _), (sub, _, _, back) = evaluated(name)
+    _, (_, _, qdd, _, _), (sub, _, _, back, _) = evaluated(name)
     scale = max(1.0, float(jnp.max(jnp.abs(qdd))))
     np.testing.assert_allclose(back.qdd, qdd, rtol=0, atol=1e-9 * scale)
     scale = max(1.0, float(jnp.max(jnp.abs(sub.multipliers), initial=0.0)))
@@ -231,25 +258,23 @@ def test_fully_augmented_newton_euler_solve_gives_the_same_numbers(name):
 
 @pytest.mark.parametrize("name", names())
 def test_passive_joints_transmit_no_force_along_their_motion(name):
-    """The reaction's component along a tree joint's motion is the actuator force (0 if passive)."""
-    mech, (q, *_), (sub, *_) = evaluated(name)
-    position, rotation = tree.forward_kinematics(mech, q[0])
-    s = kinematics._spatial(mech, tree.motion_subspaces(mech))
-    axis = jnp.einsum("nij,nj->ni", rotation, s[:, :3])
-    linear = jnp.einsum("nij,nj->ni", rotation, s[:, 3:]) - jnp.cross(axis, position)
-    points = joint_points(mech, q[0])
-    reactions = sub.reactions[0]
-    if mech.planar:
-        reactions = jnp.zeros((len(mech.joint_names), 6)).at[:, 2:5].set(reactions)
-    for j, name_j in enumerate(mech.joint_names):
-        if name_j not in mech.coordinate_names:
-            continue
-        k = mech.coordinate_names.index(name_j)
-        moment_origin = reactions[j, :3] + jnp.cross(points[j], reactions[j, 3:])
-        along = axis[k] @ moment_origin + linear[k] @ reactions[j, 3:]
-        np.testing.assert_allclose(
-            along, sub.tau[0, k], atol=1e-9 * float(jnp.max(jnp.abs(reactions)))
-        )
+    """The reaction's component along a tree joint's motion is the actuator force (0 if passive),
+    at every state (the joint axes and points from the jitted program, `joint_frames`)."""
+    mech, (q, *_), (sub, *_, (axes, linears, points)) = evaluated(name)
+    for t in range(q.shape[0]):
+        reactions = sub.reactions[t]
+        if mech.planar:
+            reactions = jnp.zeros((len(mech.joint_names), 6)).at[:, 2:5].set(reactions)
+        axis, linear = axes[t], linears[t]
+        for j, name_j in enumerate(mech.joint_names):
+            if name_j not in mech.coordinate_names:
+                continue
+            k = mech.coordinate_names.index(name_j)
+            moment_origin = reactions[j, :3] + jnp.cross(points[t, j], reactions[j, 3:])
+            along = axis[k] @ moment_origin + linear[k] @ reactions[j, 3:]
+            np.testing.assert_allclose(
+                along, sub.tau[t, k], atol=1e-9 * float(jnp.max(jnp.abs(reactions)))
+            )
 
 
 def test_plans_of_seed_002():
@@ -445,6 +470,12 @@ def test_unknown_method_is_refused():
         inverse_dynamics(mech, mech.q0, jnp.zeros(3), jnp.zeros(3), method="sslm")
 
 
+@eqx.filter_jit
+def checked_forces(mech, q, qd, qdd):
+    """The checked `inverse_dynamics` under jit (one compilation for the three levels)."""
+    return inverse_dynamics(mech, q, qd, qdd).actuator_forces
+
+
 @pytest.mark.parametrize("level", ["position", "velocity", "acceleration"])
 def test_a_state_off_the_constraints_is_refused_with_the_loop_named(level):
     mech = mechanisms.four_bar()
@@ -457,7 +488,7 @@ def test_a_state_off_the_constraints_is_refused_with_the_loop_named(level):
         with pytest.raises(ValueError, match=rf"the {level} residual of the loop of cut joint 'C'"):
             inverse_dynamics(mech, *state)
         with pytest.raises(Exception, match="does not satisfy the loop constraints"):
-            jax.jit(lambda *s: inverse_dynamics(mech, *s).actuator_forces)(*state)
+            checked_forces(mech, *state)
 
 
 def test_a_motion_the_actuators_cannot_produce_is_refused():

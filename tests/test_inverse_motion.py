@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_inverse import consistent_states
+from test_inverse import complete, random_draws
 
 from loopdyn import kinematics, mechanisms, prescribed, shaking
 from loopdyn.inverse import inverse_dynamics
@@ -104,11 +104,13 @@ def test_prescribed_motion_refusals():
 
 
 @eqx.filter_jit
-def _momentum_balance(mech, q, qd, qdd):
-    """Per state: the shaking wrench without the weight and -d/dt (P, L), by differentiating
-    `shaking.momentum` along (qd, qdd)."""
+def _momentum_balance(mech, q, raw, u):
+    """Per consistent state (`test_inverse.complete`, in this program): the shaking wrench
+    without the weight, -d/dt (P, L) by differentiating `shaking.momentum` along (qd, qdd), and
+    the inverse dynamics."""
 
-    def one(q, qd, qdd):
+    def one(q, raw, u):
+        q, qd, qdd, _, _ = complete(mech, q, raw, u)
         result = inverse_dynamics(mech, q, qd, qdd, check=False)
         shake = shaking.shaking(mech, result, q, include_weight=False)
         _, (d_linear, d_angular) = jax.jvp(
@@ -118,7 +120,7 @@ def _momentum_balance(mech, q, qd, qdd):
             d_linear, d_angular = d_linear[:2], d_angular[2]
         return shake, -d_linear, -d_angular, result
 
-    return jax.vmap(one)(q, qd, qdd)
+    return jax.vmap(one)(q, raw, u)
 
 
 # Planar with several loops and ground pivots (the four-bar's case is the scraper's, smaller),
@@ -126,9 +128,8 @@ def _momentum_balance(mech, q, qd, qdd):
 @pytest.mark.parametrize("name", ["carpet_scraper", "three_rrr", "rssr"])
 def test_shaking_wrench_is_minus_the_rate_of_change_of_momentum(name):
     mech = getattr(mechanisms, name)()
-    q, qd, qdd = consistent_states(mech)[:3]
     with jax.numpy_dtype_promotion("standard"):
-        shake, force, moment, result = _momentum_balance(mech, q, qd, qdd)
+        shake, force, moment, result = _momentum_balance(mech, *random_draws(mech))
     scale = float(jnp.max(jnp.abs(result.ground_force)))
     np.testing.assert_allclose(shake.force, force, rtol=0, atol=1e-9 * scale)
     np.testing.assert_allclose(shake.moment, moment, rtol=0, atol=1e-9 * scale)
@@ -139,15 +140,19 @@ def test_shaking_wrench_is_minus_the_rate_of_change_of_momentum(name):
 
 
 def test_moment_about_a_point():
-    mech = mechanisms.four_bar()
-    q, qd, qdd = (x[0] for x in consistent_states(mech, k=1)[:3])
-    result = inverse_dynamics(mech, q, qd, qdd)
+    """On the 3-RRR's prescribed motion (three ground pivots), at states whose checked one-state
+    inverse dynamics `test_batched_inverse_dynamics_equals_the_checked_one_state_function` has
+    compiled."""
+    mech, motion, _ = rrr()
     point = jnp.array([0.3, -0.2, 0.0])
-    about = shaking.shaking(mech, result, about=point)
-    origin = shaking.shaking(mech, result)
-    f = origin.force
-    expected = origin.moment - (point[0] * f[1] - point[1] * f[0])
-    np.testing.assert_allclose(about.moment, expected, rtol=1e-14)
+    for k in (0, 3):
+        result = inverse_dynamics(mech, motion.q[k], motion.qd[k], motion.qdd[k])
+        about = shaking.shaking(mech, result, about=point)
+        origin = shaking.shaking(mech, result)
+        f = origin.force
+        assert float(jnp.max(jnp.abs(f))) > 1.0
+        expected = origin.moment - (point[0] * f[1] - point[1] * f[0])
+        np.testing.assert_allclose(about.moment, expected, rtol=1e-14)
 
 
 def test_rms_and_peak():
