@@ -306,6 +306,12 @@ def rates_map(q):
     return jax.scipy.linalg.block_diag(omega.T, jnp.eye(2))
 
 
+@jax.jit
+def rates_map_jvp(q, qd):
+    """``T`` and ``T' = dT/dq qd`` (forward-mode autodiff), one small compiled program."""
+    return jax.jvp(rates_map, (q,), (qd,))
+
+
 def test_spherical_joint_matches_pinocchio_spherical():
     """``M = T^T M_pin T``, ``tau = T^T rnea(T qd, T qdd + T' qd)``, ``qdd = T^-1 (aba(T^-T tau)
     - T' qd)`` and the body poses, with ``T'`` by forward-mode autodiff."""
@@ -314,7 +320,7 @@ def test_spherical_joint_matches_pinocchio_spherical():
     s = random_states(8, 5)
     ours, data = evaluate(mech, s), model.createData()
     for k, (q, qd, qdd, tau) in enumerate(zip(s.q, s.qd, s.qdd, s.tau)):
-        t_map, t_dot = (np.asarray(x) for x in jax.jvp(rates_map, (q,), (qd,)))
+        t_map, t_dot = (np.asarray(x) for x in rates_map_jvp(q, qd))
         turn = [pin.exp3(angle * axis) for angle, axis in zip(q[:3], np.eye(3))]
         q_pin = np.concatenate([pin.Quaternion(turn[0] @ turn[1] @ turn[2]).coeffs(), q[3:]])
         v_pin, a_pin = t_map @ qd, t_map @ qdd + t_dot @ qd
@@ -448,9 +454,13 @@ def test_grad_inverse_dynamics_wrt_state():
     def loss(q, qd):
         return weights @ tree.inverse_dynamics(GRAD_MECH, q, qd, s.qdd[0])
 
-    grad_q, grad_qd = jax.grad(loss, argnums=(0, 1))(s.q[0], s.qd[0])
-    assert_close(grad_q, central_differences(lambda q: loss(q, s.qd[0]), s.q[0]), 1e-6)
-    assert_close(grad_qd, central_differences(lambda qd: loss(s.q[0], qd), s.qd[0]), 1e-6)
+    # One jitted value_and_grad; the central differences reuse its values (one compilation).
+    value_and_grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    grad_q, grad_qd = value_and_grad(s.q[0], s.qd[0])[1]
+    by_q = lambda q: value_and_grad(q, s.qd[0])[0]
+    by_qd = lambda qd: value_and_grad(s.q[0], qd)[0]
+    assert_close(grad_q, central_differences(by_q, s.q[0]), 1e-6)
+    assert_close(grad_qd, central_differences(by_qd, s.qd[0]), 1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,6 +500,9 @@ def all_outputs(mech, q, qd, u, f_ext):
     }
 
 
+single_outputs = jax.jit(all_outputs)  # one state at a time: one program per mechanism structure
+
+
 @pytest.mark.parametrize("model", ["planar", "branched"])
 def test_native_batch_equals_single_states(model, monkeypatch):
     """States of batch shape (2, 3), split into chunks of 2 (the last padded), equal the
@@ -501,7 +514,7 @@ def test_native_batch_equals_single_states(model, monkeypatch):
     n = mech.num_bodies
     s = random_states(7, n, k=6, dim=mech.dim)
     shaped = [x.reshape((2, 3) + x.shape[1:]) for x in (s.q, s.qd, s.qdd, s.f_ext)]
-    single = jax.jit(all_outputs)
+    single = single_outputs
     expected = [single(mech, s.q[k], s.qd[k], s.qdd[k], s.f_ext[k]) for k in range(6)]
     expected = jax.tree.map(lambda *x: np.stack(x).reshape((2, 3) + x[0].shape), *expected)
     monkeypatch.setattr(tree, "CHUNK", 2)
@@ -540,7 +553,7 @@ def test_vmap_over_mechanisms_and_states_folds_into_the_native_batch():
     copies, stacked = perturbed_mechanisms(mech, 3, seed=8)
     s = random_states(9, mech.num_bodies, k=6)
     q, qd, u, f = (x.reshape((3, 2) + x.shape[1:]) for x in (s.q, s.qd, s.qdd, s.f_ext))
-    single = jax.jit(all_outputs)
+    single = single_outputs
     expected = [
         [single(copies[i], q[i, j], qd[i, j], u[i, j], f[i, j]) for j in range(2)] for i in range(3)
     ]
