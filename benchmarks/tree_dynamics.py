@@ -44,8 +44,8 @@ from loopdyn import tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+from _peers import pinocchio_problem
 from random_trees import random_planar_tree, random_tree
-from test_forward import pinocchio_problem
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 QUICK_SIZES = (4, 16, 64)
