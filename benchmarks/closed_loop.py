@@ -510,6 +510,16 @@ def targets(raw):
     return out
 
 
+def per_machine_times(pm, name):
+    """``(one device, batch, partitioned, constraintDynamics, lcaba)`` seconds per state of one
+    mechanism in the per-machine run (None where loopdyn's subprocess gave no result)."""
+    ld, pn = pm["loopdyn"].get(name, {}), pm[name]
+    ours = (
+        ld.get(label, {}).get("per_state_s") for label in ("one_device", "sharded", "partitioned")
+    )
+    return (*ours, pn["pin_constraintDynamics"]["per_state_s"], pn["pin_lcaba"]["per_state_s"])
+
+
 def markdown(raw):
     info = raw["machine"]
     load = lambda x: ", ".join(f"{v:.2f}" for v in x)
@@ -614,17 +624,12 @@ def markdown(raw):
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name in MECHANISMS:
-            ld, pn = pm["loopdyn"].get(name, {}), pm[name]
-            one = ld.get("one_device", {}).get("per_state_s")
-            sharded = ld.get("sharded", {}).get("per_state_s")
-            compile_s = ld.get("sharded", {}).get("compile_s")
-            cd = pn["pin_constraintDynamics"]["per_state_s"]
+            one, sharded, partitioned, cd, lcaba = per_machine_times(pm, name)
+            compile_s = pm["loopdyn"].get(name, {}).get("sharded", {}).get("compile_s")
             lines.append(
                 f"| {name} | {us(one)} | {us(sharded)} "
-                f"| {f'{compile_s:.1f}' if compile_s else '-'} "
-                f"| {us(ld.get('partitioned', {}).get('per_state_s'))} "
-                f"| {us(cd)} | {us(pn['pin_lcaba']['per_state_s'])} "
-                f"| {f'{cd / sharded:.2f}' if sharded else '-'} |"
+                f"| {f'{compile_s:.1f}' if compile_s else '-'} | {us(partitioned)} "
+                f"| {us(cd)} | {us(lcaba)} | {f'{cd / sharded:.2f}' if sharded else '-'} |"
             )
         if pm["loopdyn"].get("error"):
             lines += ["", f"loopdyn over all cores: {pm['loopdyn']['error']}."]
@@ -720,17 +725,14 @@ def analysis(raw):
     pm = raw.get("per_machine")
     if pm:
         for name in MECHANISMS:
-            ld, pn = pm["loopdyn"].get(name, {}), pm[name]
-            one = ld.get("one_device", {}).get("per_state_s")
-            sharded = ld.get("sharded", {}).get("per_state_s")
+            one, sharded, partitioned, cd, _ = per_machine_times(pm, name)
             if one and sharded:
-                cd = pn["pin_constraintDynamics"]["per_state_s"]
                 out.append(
                     f"- {name}, per machine: `loopdyn.batch` over {pm['loopdyn']['devices']} "
                     f"devices {us(sharded)} µs/state, {one / sharded:.2f}× one unpinned device "
                     f"({us(one)}), {cd / sharded:.2f}× Pinocchio's `constraintDynamics` in "
                     f"{pm['cores']} pinned processes ({us(cd)}); the partitioned `jit(vmap)` "
-                    f"{us(ld['partitioned']['per_state_s'])} µs/state."
+                    f"{us(partitioned)} µs/state."
                 )
     rows = [r for r in raw["ladder"] if "sslm" in r]
     if rows:
