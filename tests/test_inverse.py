@@ -179,9 +179,8 @@ def evaluated(name):
 
         return jax.vmap(one)(q, raw, u)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # no determinate order: tested below
-        states, results = run(mech, *random_draws(mech))
+    solve_plan(mech)  # planned by rank on the concrete geometry; `run` traces the mechanism
+    states, results = run(mech, *random_draws(mech))
     return mech, states, results
 
 
@@ -288,8 +287,17 @@ def test_plans_of_seed_002():
     assert [s.shape for s in solve_plan(rssr)] == [(3, 3), (1, 1)]
     assert [s.shape for s in solve_plan(rssr, "system")] == [(4, 4)]
     assert augmented_shape(scraper) == (21, 21) and augmented_shape(rssr) == (18, 18)
-    with pytest.warns(UserWarning, match="no determinate order"):
-        assert [s.shape for s in solve_plan(mechanisms.four_bar())] == [(3, 3)]
+    # The four-bar has no determinate subsystem (seed 002 Fig. 3b): one system step.
+    assert [s.shape for s in solve_plan(mechanisms.four_bar())] == [(3, 3)]
+
+
+def test_a_traced_mechanism_gets_the_plan_of_its_geometry():
+    """Under ``jit`` with the mechanism as an argument its geometry is traced: the plan decided
+    by rank on the concrete geometry (eagerly, before) is used, not the system step."""
+    scraper = mechanisms.carpet_scraper()
+    eager, traced = solve_plan(scraper), []
+    eqx.filter_jit(lambda m: traced.append(solve_plan(m)) or m.q0)(scraper)
+    assert traced == [eager] and len(eager) == 3
 
 
 def partly_determinate():
@@ -325,12 +333,10 @@ def partly_determinate():
 
 def test_partly_determinate_mechanism_falls_back_for_the_rest():
     mech = partly_determinate()
-    with pytest.warns(UserWarning, match=r"subsystems \[0, 1\] are solved together"):
-        plan = solve_plan(mech)
+    plan = solve_plan(mech)
     assert [(s.subsystems, s.shape) for s in plan] == [((2,), (3, 3)), ((0, 1), (3, 3))]
     q, qd, qdd = (x[0] for x in consistent_states(mech, k=1)[:3])
-    with pytest.warns(UserWarning):
-        sub = inverse_dynamics(mech, q, qd, qdd)
+    sub = inverse_dynamics(mech, q, qd, qdd)
     system = inverse_dynamics(mech, q, qd, qdd, method="system")
     np.testing.assert_allclose(sub.reactions, system.reactions, rtol=0, atol=1e-10)
     np.testing.assert_allclose(sub.actuator_forces, system.actuator_forces, rtol=0, atol=1e-10)

@@ -11,16 +11,20 @@ with ``B`` the selection of the actuated coordinates. Two ways to solve it (``me
 
 - ``"system"``: all unknowns in one solve of the ``n x (a + m)`` matrix ``[B  J^T]`` (seed 002
   eq. 14, "system approach"; 7x7 for the carpet scraper);
-- ``"subsystem"`` (default): the subsystem-level recursion of seed 002 §2 and §5. Subsystems are
-  solved in the static `~loopdyn.topology.Topology.determinate_order`: each step solves the rows
-  of one subsystem for its actuator forces and the multipliers of the loops not yet known, whose
-  values then enter the later steps as known external forces (4x4, 2x2, 1x1 for the scraper).
-  Where the recursion gets stuck (no subsystem is determinate) the remaining subsystems are
-  solved together as one system, and a warning says so.
+- ``"subsystem"`` (default): the subsystem-level recursion of seed 002 §2 and §5. Each step
+  solves the rows of one subsystem for its actuator forces and the multipliers of the loops not
+  yet known, whose values then enter the later steps as known external forces (4x4, 2x2, 1x1 for
+  the scraper). A subsystem is taken when it is determinate, decided by the rank of its step
+  matrix at closed configurations (`solve_plan`), not by counting unknowns: an idle or passive
+  freedom (a coupler spinning between two ball joints, a pendulum hanging from a link) makes a
+  square step singular. Subsystems that never become determinate are solved together as one
+  system (the four-bar: one 3x3 step); the answer is the same, only the sizes differ.
 
 More actuators than degrees of freedom get the minimum-norm actuator forces (a warning says so);
-a motion that the actuators cannot produce (fewer actuators than degrees of freedom) is refused
-with the unbalanced generalized force.
+a motion that the actuators cannot produce is refused with the unbalanced generalized force
+(fewer actuators than degrees of freedom are fine where the motion is producible: idle and
+passive freedoms). A configuration where the forces are not determined (a change point of a
+loop, an actuator singularity) is refused with the loop named, never answered with NaN.
 
 Then the body-level recursion (seed 002 eqs. 11-12): with the multipliers applied to the cut
 bodies as known external wrenches, the wrench every tree joint carries is the sum over its
@@ -54,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import dense, forces, kinematics, spatial, tree
+from . import dense, forces, kinematics, spatial, topology, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -110,52 +114,147 @@ def _step(mech, subsystems, loops):
     )
 
 
-def solve_plan(mech: Mechanism, method: str = "subsystem") -> tuple[Step, ...]:
-    """The sequence of solves `inverse_dynamics` performs (static, from the topology).
+# The fields the loop Jacobian depends on (not masses, gravity or springs): the rank decisions of
+# `solve_plan` depend on these only.
+_GEOMETRY = (
+    "axis",
+    "parent_rotation",
+    "parent_position",
+    "child_rotation",
+    "child_position",
+    "cut_axis",
+    "cut_rotation_a",
+    "cut_position_a",
+    "cut_rotation_b",
+    "cut_position_b",
+    "q0",
+)
+_RANK_RTOL = 1e-9  # singular values below this fraction of the largest count as zero
+_plans: dict = {}  # (structure, geometry bytes), and structure -> subsystem plan
+_loop_programs: dict = {}  # structure -> compiled (Phi, J) at q
 
-    ``"system"``: one step over everything. ``"subsystem"``: the determinate order of seed 002
-    (`topology.determinate_order`); where it does not exist, the subsystems that do become
-    determinate first, then one step over the rest (with a warning). Also warns when the
-    mechanism is redundantly actuated (more actuators than degrees of freedom)."""
+
+def _geometry(mech):
+    """``mech`` with its geometry as numpy arrays and its other arrays zeroed (so that a traced
+    mass or inertia does not stop the rank decisions), or ``None`` when the geometry is traced."""
+    try:
+        geometry = {f: np.asarray(getattr(mech, f)) for f in _GEOMETRY}
+    except jax.errors.TracerArrayConversionError:
+        return None
+    arrays = {
+        f: geometry.get(f, np.zeros(np.shape(getattr(mech, f))))
+        for f in mech.__dataclass_fields__
+        if isinstance(getattr(mech, f), (jax.Array, np.ndarray))
+    }
+    return eqx.tree_at(lambda m: [getattr(m, f) for f in arrays], mech, [arrays[f] for f in arrays])
+
+
+def _loop_closure(mech, q):
+    residual, jac, _ = kinematics.loop_terms(mech, q, jnp.zeros_like(q))
+    return residual, jac
+
+
+def _closed_jacobians(mech, count=3, seed=0, tol=1e-12, max_iter=30):
+    """J at up to ``count`` closed configurations: ``q0`` and random guesses near it, each closed
+    by Newton's method with minimum-norm steps. Runs a compiled program directly (also inside a
+    trace, where the geometry is concrete)."""
+    structure = jax.tree_util.tree_structure(mech)
+    if structure not in _loop_programs:
+        _loop_programs[structure] = jax.jit(_loop_closure).lower(mech, mech.q0).compile()
+    program = _loop_programs[structure]
+    rng = np.random.default_rng(seed)
+    q0 = np.asarray(mech.q0, dtype=float)
+    out = []
+    for start in [q0] + [q0 + 0.1 * rng.standard_normal(q0.shape) for _ in range(count - 1)]:
+        q = start
+        for _ in range(max_iter):
+            residual, jac = (np.asarray(x) for x in program(mech, q))
+            if not np.all(np.isfinite(jac)):
+                break
+            if np.linalg.norm(residual) <= tol * (1.0 + np.linalg.norm(q)):
+                out.append(jac)
+                break
+            q = q - np.linalg.lstsq(jac, residual, rcond=None)[0]
+    return out
+
+
+def _matrix(mech, step, jac):
+    """The matrix ``[B  J^T]`` of a step (its rows: the step's coordinates)."""
+    top, cols = mech.topology, np.array(step.coordinates, dtype=int)
+    select = np.eye(mech.num_bodies)[np.ix_(cols, np.array(step.actuators, dtype=int))]
+    return np.concatenate([select] + [jac[top.rows(i)][:, cols].T for i in step.loops], axis=1)
+
+
+def _rank(matrix):
+    s = np.linalg.svd(matrix, compute_uv=False)
+    return int(np.sum(s > _RANK_RTOL * s.max(initial=0.0)))
+
+
+def _subsystem_plan(mech):
+    """Seed 002's subsystem recursion with determinacy decided by rank: a subsystem is solved
+    alone when its step matrix has full column rank at closed configurations near ``q0`` (the
+    largest rank over them: generic, not that of a special pose). Counting unknowns is not enough:
+    an idle freedom (a coupler spinning about its own axis between two ball joints) has a zero
+    column of J, so its subsystem's square step is singular at every configuration. The rest is
+    solved as one system. Plans are kept per geometry, and per structure for mechanisms whose
+    geometry is traced (under ``jit`` with the mechanism as an argument): the plan of the
+    geometries seen eagerly, or the system step where they disagreed or none was seen. ``None``
+    means one system step."""
+    structure = jax.tree_util.tree_structure(mech)
+    geometry = _geometry(mech)
+    if geometry is None:
+        return _plans.get(structure)
+    key = (structure, tuple(np.asarray(getattr(geometry, f)).tobytes() for f in _GEOMETRY))
+    if key not in _plans:
+        top, jacobians = mech.topology, _closed_jacobians(geometry)
+
+        def determinate(j, acting):
+            step = _step(mech, (j,), acting)
+            rows, unknowns = step.shape
+            return unknowns <= rows and any(
+                _rank(_matrix(mech, step, jac)) == unknowns for jac in jacobians
+            )
+
+        plan = None
+        if jacobians:
+            order, solved, stuck = topology.determinate_order(
+                top.loops, top.subsystems, set(mech.actuated), determinate
+            )
+            plan = [_step(mech, (j,), loops) for j, loops in zip(order, solved)]
+            if stuck:
+                known = {i for loops in solved for i in loops}
+                rest = tuple(i for i in range(len(top.loops)) if i not in known)
+                plan.append(_step(mech, stuck, rest))
+            plan = tuple(plan)
+        _plans[key] = plan
+        _plans[structure] = plan if _plans.get(structure, plan) == plan else None
+    return _plans[key]
+
+
+def solve_plan(mech: Mechanism, method: str = "subsystem") -> tuple[Step, ...]:
+    """The sequence of solves `inverse_dynamics` performs (static).
+
+    ``"system"``: one step over everything. ``"subsystem"``: seed 002's recursion, the subsystems
+    taken in the order in which they become determinate, decided by rank (`_subsystem_plan`);
+    those that never do are solved together as one system at the end. Where the rank cannot be
+    decided (no closed configuration near ``q0``, or the geometry traced under ``jit`` before any
+    eager call planned this mechanism: call ``solve_plan(mech)`` once outside), the system step.
+    Warns when the mechanism is redundantly actuated (more
+    actuators than degrees of freedom)."""
     if method not in METHODS:
         raise ValueError(f"inverse_dynamics: method must be one of {METHODS}, got {method!r}")
     top = mech.topology
-    everything = tuple(range(len(top.subsystems)))
     if len(mech.actuated) > top.dof:
         warnings.warn(
             f"{len(mech.actuated)} actuators {list(mech.actuator_names)} for {top.dof} degrees of "
             "freedom: redundantly actuated, the minimum-norm actuator forces are returned",
             stacklevel=3,
         )
-    if method == "system":
+    plan = _subsystem_plan(mech) if method == "subsystem" else None
+    if plan is None:
+        everything = tuple(range(len(top.subsystems)))
         return (_step(mech, everything, tuple(range(len(top.loops)))),)
-    if top.determinate_order is not None:
-        return tuple(
-            _step(mech, (j,), loops)
-            for j, loops in zip(top.determinate_order, top.determinate_loops)
-        )
-    steps, known, remaining = [], set(), list(everything)
-    while remaining:  # seed 002 §2: take determinate subsystems while there are any
-        for j in remaining:
-            loops = tuple(
-                i for i, loop in enumerate(top.loops) if j in loop.subsystems and i not in known
-            )
-            step = _step(mech, (j,), loops)
-            if step.shape[1] <= step.shape[0]:
-                break
-        else:
-            break
-        steps.append(step)
-        known.update(loops)
-        remaining.remove(j)
-    rest = tuple(i for i in range(len(top.loops)) if i not in known)
-    warnings.warn(
-        "no determinate order of the subsystems (seed 002 §5): subsystems "
-        f"{remaining} are solved together as one system of size "
-        f"{_step(mech, tuple(remaining), rest).shape}",
-        stacklevel=3,
-    )
-    return (*steps, _step(mech, tuple(remaining), rest))
+    return plan
 
 
 def _solve(matrix, rhs, num_actuators):
@@ -337,12 +436,40 @@ def _check_producible(mech, tau_id, residual, tol):
     return _unchecked
 
 
+def _check_singular(mech, q, evaluated):
+    """Refuse a configuration where the forces are not determined, never return NaN: J rank
+    deficient (a change point, or dependent loop rows: `kinematics.check_jacobian` names the
+    loop), the actuators losing control of the motion (``[B  J^T]`` rank deficient: an actuator
+    singularity), or a non-finite result. Under ``jit`` only the last, by ``eqx.error_if``."""
+    finite = jnp.all(
+        jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(evaluated.result)])
+    )
+    message = "inverse_dynamics: the forces are not determined at this configuration"
+    if isinstance(finite, jax.core.Tracer):
+        return lambda x: eqx.error_if(x, ~finite, message + " (non-finite result)")
+    jac, top = np.asarray(evaluated.jac), mech.topology
+    if jac.size and _rank(jac) < top.num_rows:
+        kinematics.check_jacobian(mech, q, rtol=_RANK_RTOL)  # raises naming the loop
+    everything = _step(mech, tuple(range(len(top.subsystems))), tuple(range(len(top.loops))))
+    unknowns = min(everything.shape)
+    if jac.size and np.all(np.isfinite(jac)) and _rank(_matrix(mech, everything, jac)) < unknowns:
+        raise ValueError(
+            f"{message}: the actuators {list(mech.actuator_names)} lose control of the motion "
+            "here (an actuator singularity: [B  J^T] is rank deficient, the driving forces "
+            "would be unbounded or not unique)"
+        )
+    if not bool(finite):
+        raise ValueError(f"{message}: the result is not finite (check q, qd, qdd for NaN or inf)")
+    return _unchecked
+
+
 class _Evaluated(NamedTuple):
     result: InverseDynamics
     levels: tuple  # loop residuals at position, velocity and acceleration level
     scales: tuple
     unbalanced: Array  # tau_id - B u - J^T lambda
     tau_id: Array
+    jac: Array
 
 
 def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
@@ -407,7 +534,7 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
         jnp.max(jnp.abs(unbalanced), initial=0.0),
         closure,
     )
-    return _Evaluated(result, levels, scales, unbalanced, tau_id)
+    return _Evaluated(result, levels, scales, unbalanced, tau_id, jac)
 
 
 _compiled = eqx.filter_jit(_evaluate)
@@ -449,8 +576,9 @@ def inverse_dynamics(
     if not check:
         return evaluated.result
     closed = _check_state(mech, evaluated.levels, evaluated.scales, tol)
+    determined = _check_singular(mech, q, evaluated)
     producible = _check_producible(mech, evaluated.tau_id, evaluated.unbalanced, tol)
-    return jax.tree_util.tree_map(lambda x: producible(closed(x)), evaluated.result)
+    return jax.tree_util.tree_map(lambda x: producible(determined(closed(x))), evaluated.result)
 
 
 class Augmented(NamedTuple):

@@ -61,8 +61,8 @@ class Topology:
     ``row_slices[i]`` and ``coordinate_slices[j]`` are ``(start, stop)`` ranges of loop i in the
     stacked constraint vector and of subsystem j in ``q`` (`rows` and `coordinates` give them as
     slices). ``elimination_order`` and ``fill_in`` come from `elimination_order`;
-    ``determinate_order`` and ``determinate_loops`` from `determinate_order` (``None`` when the
-    subsystem recursion of seed 002 gets stuck).
+    ``determinate_order`` and ``determinate_loops`` from `determinate_order` by seed 002's count
+    (``None`` when it gets stuck); `loopdyn.inverse` plans by rank, which this count cannot see.
     """
 
     subsystems: tuple[tuple[int, ...], ...]
@@ -190,36 +190,42 @@ def elimination_order(loops) -> tuple[tuple[int, ...], tuple[tuple[int, int], ..
     return tuple(order), tuple(fill)
 
 
-def determinate_order(loops, subsystems, actuated):
+def determinate_order(loops, subsystems, actuated, determinate=None):
     """Order in which the subsystems become determinate in the subsystem recursion of seed 002.
 
     The unknowns of subsystem j are its actuator forces plus the multipliers (``m_i`` each) of the
     loops acting on it (J_{i,j} non-zero) whose multipliers are not known yet. Rule: repeatedly
-    take the lowest-index remaining subsystem whose unknowns number at most its coordinates (its
-    DOF in the spanning tree); solving it determines those unknowns, so its loops become known for
-    every other subsystem. Seed 002 asks for equality; with fewer unknowns the extra equations are
-    consistency conditions that a consistent ``(q, qd, qdd)`` satisfies, and the step is a
-    least-squares solve. Returns the order and, per step, the loops whose multipliers that step
-    solves; ``(None, None)`` when some subsystems never become determinate (then inverse dynamics
-    solves the system as a whole, seed 002 §5). The rule is structural: a step's matrix can still
-    be rank deficient at a particular configuration.
+    take the lowest-index remaining subsystem that is determinate; solving it determines those
+    unknowns, so its loops become known for every other subsystem. ``determinate(j, acting)``
+    decides; by default the count of seed 002 (unknowns at most its coordinates, its DOF in the
+    spanning tree). Counting is structural only: a step whose matrix is rank deficient at every
+    configuration (an idle freedom with a zero column of J) passes it, so `loopdyn.inverse`
+    decides by rank instead. With fewer unknowns than rows the extra equations are consistency
+    conditions that a consistent ``(q, qd, qdd)`` satisfies, and the step is a least-squares
+    solve. Returns the order, per step the loops whose multipliers that step solves, and the
+    subsystems that never become determinate (then solved as one system, seed 002 §5).
     """
+
+    def counted(j, acting):
+        unknowns = sum(k in actuated for k in subsystems[j]) + sum(loops[i].rows for i in acting)
+        return unknowns <= len(subsystems[j])
+
+    determinate = determinate or counted
     known, remaining, order, solved = set(), list(range(len(subsystems))), [], []
     while remaining:
         for j in remaining:
-            acting = [i for i, loop in enumerate(loops) if j in loop.subsystems and i not in known]
-            unknowns = sum(k in actuated for k in subsystems[j]) + sum(
-                loops[i].rows for i in acting
+            acting = tuple(
+                i for i, loop in enumerate(loops) if j in loop.subsystems and i not in known
             )
-            if unknowns <= len(subsystems[j]):
+            if determinate(j, acting):
                 break
         else:
-            return None, None
+            break
         order.append(j)
-        solved.append(tuple(acting))
+        solved.append(acting)
         known.update(acting)
         remaining.remove(j)
-    return tuple(order), tuple(solved)
+    return tuple(order), tuple(solved), tuple(remaining)
 
 
 def analyse(parent, cut_joints, planar, actuated=(), body_names=None, internal=None) -> Topology:
@@ -265,7 +271,7 @@ def analyse(parent, cut_joints, planar, actuated=(), body_names=None, internal=N
         row_slices.append((start, start + loop.rows))
         start += loop.rows
     order, fill = elimination_order(loops)
-    det_order, det_loops = determinate_order(loops, subsystems, set(actuated))
+    det_order, det_loops, stuck = determinate_order(loops, subsystems, set(actuated))
     return Topology(
         subsystems=subsystems,
         loops=tuple(loops),
@@ -273,7 +279,7 @@ def analyse(parent, cut_joints, planar, actuated=(), body_names=None, internal=N
         coordinate_slices=tuple((s[0], s[-1] + 1) for s in subsystems),
         elimination_order=order,
         fill_in=fill,
-        determinate_order=det_order,
-        determinate_loops=det_loops,
+        determinate_order=None if stuck else det_order,
+        determinate_loops=None if stuck else det_loops,
         num_coordinates=n,
     )
