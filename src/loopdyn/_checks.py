@@ -1,7 +1,9 @@
-"""Argument checks shared by the public entry points: shapes are checked when a function is called
-(or traced: shapes are static, so under ``jit``/``vmap`` the check runs once per compilation), and a
-wrong shape raises a ``ValueError`` naming the function, the argument, the expected and the given
-shape, instead of JAX clamping an index into a silently wrong answer."""
+"""Argument checks shared by the public entry points, run before anything compiles: shapes (also
+when traced: shapes are static, so under ``jit``/``vmap`` the check runs once per compilation),
+NaN and inf in concrete inputs, and the precision. Each raises a ``ValueError`` naming the
+function and the argument, instead of JAX clamping an index into a silently wrong answer, a NaN
+surfacing later as a failed factorisation, or a float32 rounding error reported as an open loop.
+"""
 
 from __future__ import annotations
 
@@ -32,32 +34,48 @@ def _describe(mech, name):
     return f"one entry per coordinate {list(mech.coordinate_names)}"
 
 
+def check_precision(mech: Mechanism, function: str):
+    """Refuse a mechanism built in float32 (JAX's default): the closed-loop tolerances (loops
+    closed to 1e-12, states checked to 1e-6 relative) are at or below float32's resolution."""
+    if mech.q0.dtype != np.float64:
+        raise ValueError(
+            f"{function}: the mechanism is in {mech.q0.dtype}, and loopdyn's closed-loop methods "
+            "need float64 (float32 cannot close the loops to their tolerances): call "
+            'jax.config.update("jax_enable_x64", True) right after importing jax, then build or '
+            "load the mechanism"
+        )
+
+
 def check_arrays(mech: Mechanism, function: str, **arrays):
-    """Return the ``arrays`` as JAX arrays after checking each shape (``None`` passes through).
+    """Return the ``arrays`` as JAX arrays in the mechanism's precision after checking each shape
+    and, when concrete, that it holds no NaN or inf (``None`` passes through); `check_precision`
+    first.
 
     Raises ``ValueError`` like ``forward_dynamics: tau must have shape (3,) (one entry per
-    coordinate ['A', 'B', 'C']), got (2,)``; also for non-numeric input and for arguments that
-    are not real numbers."""
+    coordinate ['A', 'B', 'C']), got (2,)``; also for non-numeric input, for arguments that
+    are not real numbers and for NaN or inf (the first entries named)."""
+    check_precision(mech, function)
     out = []
     for name, value in arrays.items():
         if value is None:
             out.append(None)
             continue
         shape = expected_shape(mech, name)
-        try:
-            array = jnp.asarray(value)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{function}: {name} must be an array of shape {shape}: {error}")
-        if array.shape != shape:
+        if not isinstance(value, jax.Array):  # jax arrays and tracers pass as they are
+            try:
+                value = np.asarray(value)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{function}: {name} must be an array of shape {shape}: {error}")
+        if value.shape != shape:
             raise ValueError(
                 f"{function}: {name} must have shape {shape} ({_describe(mech, name)}), "
-                f"got {array.shape}"
+                f"got {value.shape}"
             )
-        if jnp.issubdtype(array.dtype, jnp.complexfloating) or array.dtype == bool:
-            raise ValueError(f"{function}: {name} must be real numbers, got dtype {array.dtype}")
-        if not jnp.issubdtype(array.dtype, jnp.floating):
-            array = array.astype(mech.q0.dtype)
-        out.append(array)
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"{function}: {name} must be real numbers, got dtype {value.dtype}")
+        check_finite(function, **{name: value})
+        out.append(value.astype(mech.q0.dtype) if value.dtype != mech.q0.dtype else value)
+    out = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in out]
     return out[0] if len(out) == 1 else out
 
 
@@ -67,6 +85,9 @@ def check_finite(function: str, **arrays):
         if isinstance(value, jax.core.Tracer):  # checked at run time by the caller, if at all
             continue
         concrete = np.asarray(value)
-        if not np.all(np.isfinite(concrete)):
-            bad = np.argwhere(~np.isfinite(concrete))[:3].tolist()
-            raise ValueError(f"{function}: {name} contains NaN or inf (at indices {bad})")
+        if not np.isfinite(concrete).all():
+            bad = [
+                tuple(i) if len(i) > 1 else int(i[0])
+                for i in np.argwhere(~np.isfinite(concrete))[:3]
+            ]
+            raise ValueError(f"{function}: {name} contains NaN or inf (at {bad})")

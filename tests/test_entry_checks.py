@@ -1,0 +1,72 @@
+"""Bad input at the public entry points is named before anything compiles: wrong shapes, NaN and
+inf, and a mechanism in float32 (JAX's default precision), which used to surface as an open loop
+("q0 does not close the loop ... residual 1.3e-07") or, for NaN, as a failed SVD seconds later."""
+
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import loopdyn
+from loopdyn import mechanisms
+
+
+def _calls(mech):
+    zero = jnp.zeros(mech.num_bodies)
+    return {
+        "forward_dynamics": lambda q, v: loopdyn.forward_dynamics(mech, q, v, zero),
+        "inverse_dynamics": lambda q, v: loopdyn.inverse_dynamics(mech, q, v, zero),
+        "simulate": lambda q, v: loopdyn.simulate(mech, q, v, 1.0),
+    }
+
+
+@pytest.fixture(scope="module")
+def four_bar():
+    return mechanisms.four_bar()
+
+
+@pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics", "simulate"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_inf_are_named_before_compiling(four_bar, entry, bad):
+    q = np.array(four_bar.q0)
+    q[1] = bad
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"{entry}: q\w* contains NaN or inf \(at \[1\]\)"):
+        _calls(four_bar)[entry](q, jnp.zeros(3))
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics", "simulate"])
+def test_wrong_shapes_are_named_before_compiling(four_bar, entry):
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"{entry}: qd\w* must have shape \(3,\).*got \(2,\)"):
+        _calls(four_bar)[entry](four_bar.q0, jnp.zeros(2))
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics", "simulate"])
+def test_a_float32_mechanism_is_refused_saying_how_to_enable_float64(four_bar, entry):
+    single = jax.tree_util.tree_map(lambda x: x.astype(np.float32), four_bar)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"float32.*jax_enable_x64"):
+        _calls(single)[entry](single.q0, jnp.zeros(3))
+    assert time.perf_counter() - start < 1.0
+
+
+def test_without_float64_enabled_simulate_says_so():
+    """The newcomer's run: no ``jax_enable_x64``, so everything is float32."""
+    script = (
+        "import jax.numpy as jnp, loopdyn\n"
+        "m = loopdyn.mechanisms.four_bar()\n"
+        "loopdyn.simulate(m, m.q0, jnp.zeros(3), 1.0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert out.returncode != 0
+    assert 'jax.config.update("jax_enable_x64", True)' in out.stderr.splitlines()[-1]
+    assert "does not close" not in out.stderr
