@@ -32,8 +32,6 @@ LIBRARY = {
     "stewart": mechanisms.stewart,
     "quarter_car": mechanisms.quarter_car,
 }
-# 10-30 s of compilation each on this (shared, 2-core) machine when the cache is cold.
-SLOW = {"ladder3", "excavator", "stewart", "quarter_car"}
 
 
 @eqx.filter_jit
@@ -194,11 +192,7 @@ def joint_frames(mech, q):
     return axis, linear, joint_points(mech, q)
 
 
-def names(slow=SLOW):
-    return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in LIBRARY]
-
-
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", LIBRARY)
 def test_forces_and_multipliers_reproduce_the_forward_solution(name):
     """The states were made by a dense KKT solve of the forward problem with known actuator
     forces: inverse dynamics returns those forces and the same multipliers."""
@@ -208,7 +202,7 @@ def test_forces_and_multipliers_reproduce_the_forward_solution(name):
     np.testing.assert_allclose(sub.multipliers, lam, rtol=0, atol=1e-9 * scale)
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", LIBRARY)
 def test_forward_dynamics_of_the_forces_returns_the_motion(name):
     """Round trip: `forward.solve` (SSLM) with the inverse dynamics' joint forces returns the
     prescribed accelerations, and its multipliers are the inverse dynamics' multipliers."""
@@ -219,7 +213,7 @@ def test_forward_dynamics_of_the_forces_returns_the_motion(name):
     np.testing.assert_allclose(back.lam, sub.multipliers, rtol=0, atol=1e-9 * scale)
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", LIBRARY)
 def test_subsystem_recursion_equals_system_solve(name):
     mech, _, (sub, system, *_) = evaluated(name)
     for field in sub._fields:
@@ -230,7 +224,7 @@ def test_subsystem_recursion_equals_system_solve(name):
     assert np.max(np.asarray(sub.residual)) < 1e-10
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", LIBRARY)
 def test_reactions_balance_every_body(name):
     """Each rigid body's reactions, gravity, springs and inertia forces sum to zero."""
     _, _, (_, _, residual, *_) = evaluated(name)
@@ -243,7 +237,7 @@ def _augmented(mech, q, qd, qdd):
 
 
 # The largest mechanisms' dense systems (stewart 78x78) add a minute of compilation: left out.
-@pytest.mark.parametrize("name", [n for n in names() if n not in ("stewart", "excavator")])
+@pytest.mark.parametrize("name", [n for n in LIBRARY if n not in ("stewart", "excavator")])
 def test_fully_augmented_newton_euler_solve_gives_the_same_numbers(name):
     """Seed 002's "traditional" method: all reactions from one solve of every rigid body's
     Newton-Euler equations (least squares for the unactuated quarter car), no recursion."""
@@ -255,7 +249,7 @@ def test_fully_augmented_newton_euler_solve_gives_the_same_numbers(name):
         assert np.max(np.abs(a - b), initial=0.0) <= 1e-9 * scale, field
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", LIBRARY)
 def test_passive_joints_transmit_no_force_along_their_motion(name):
     """The reaction's component along a tree joint's motion is the actuator force (0 if passive),
     at every state (the joint axes and points from the jitted program, `joint_frames`)."""
