@@ -22,6 +22,7 @@ from . import (
 from .forward import forward_dynamics
 from .inverse import inverse_dynamics
 from .io.mjcf import load_mjcf
+from .io.urdf import load_urdf
 from .mechanism import CutJoint, Mechanism, MechanismBuilder
 from .sharding import batch
 from .simulation import Simulation, simulate
@@ -42,6 +43,7 @@ __all__ = [
     "inverse_dynamics",
     "kinematics",
     "load_mjcf",
+    "load_urdf",
     "mechanisms",
     "montecarlo",
     "parameters",
