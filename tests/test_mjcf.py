@@ -570,7 +570,7 @@ def _model(worldbody="", extra=""):
             _model(
                 extra='<equality><joint name="couple" joint1="hinge" joint2="wrist"/></equality>'
             ),
-            "equality 'couple': a joint constraint is not supported",
+            "equality 'couple': a joint constraint (only connect and weld",
         ),
         (
             _model(extra='<actuator><position name="servo" joint="hinge" kp="10"/></actuator>'),
@@ -578,7 +578,7 @@ def _model(worldbody="", extra=""):
         ),
         (
             _model(extra='<actuator><motor name="pull" site="tip" gear="1 0 0 0 0 0"/></actuator>'),
-            "actuator 'pull': only actuators on a joint are supported",
+            "actuator 'pull' does not act on a joint",
         ),
         (
             _model('<body name="limb"><joint name="knee" damping="0.1"/><geom size="0.1"/></body>'),
@@ -601,6 +601,29 @@ def test_refuses_what_it_cannot_represent(xml, message):
     mujoco.MjModel.from_xml_string(xml)  # MuJoCo itself accepts the model
     with pytest.raises(ValueError, match=re.escape(message)):
         load_mjcf(xml)
+
+
+def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warning():
+    xml = _model(
+        '<body name="limb"><joint name="knee" damping="0.1"/><geom size="0.1"/></body>',
+        '<tendon><fixed name="cable"><joint joint="hinge" coef="1"/></fixed></tendon>'
+        '<equality><connect name="pin" body1="hand" body2="world" anchor="1 0 0" active="false"/>'
+        '</equality><actuator><position name="servo" joint="hinge" kp="10"/>'
+        '<motor name="drive" joint="wrist"/></actuator>',
+    )
+    listed = ("joint 'knee' has damping", "tendon 'cable'", "equality 'pin': inactive")
+    listed += ("actuator 'servo' is not a motor",)
+    with pytest.raises(ValueError, match="uses 4 feature") as refused:
+        load_mjcf(xml)
+    assert all(item in str(refused.value) for item in listed)
+    assert "unsupported='warn'" in str(refused.value)
+    with pytest.warns(UserWarning, match="without 4 unsupported") as warned:
+        mech = load_mjcf(xml, unsupported="warn")
+    assert all(item in str(warned[0].message) for item in listed) and len(warned) == 1
+    assert mech.cut_joints == () and mech.actuator_names == ("wrist",)
+    free = _model('<body name="box"><freejoint name="floating"/><geom size="0.1"/></body>')
+    with pytest.raises(ValueError, match="is a free joint"):
+        load_mjcf(free, unsupported="warn")
 
 
 def test_bad_sources():

@@ -47,11 +47,14 @@ The mapping, MuJoCo -> loopdyn:
 - Unnamed bodies, joints and equalities are named ``body<id>``, ``joint<id>`` and
   ``equality<id>``, with MuJoCo's element id.
 
-Joint limits are ignored with a warning (loopdyn enforces none). Refused with a ``ValueError``
-naming the element, since loopdyn cannot represent them: free joints, joint stiffness, damping,
-armature and friction loss, mocap bodies, gravity compensation, tendons, flexes, explicit
-contact pairs, equality constraints other than active connect/weld, actuators other than a joint
-motor, and fluid forces. Geoms count only through the inertia MuJoCo
+Joint limits are ignored with a warning (loopdyn enforces none). What loopdyn cannot represent
+is listed all at once, each element named, in one ``ValueError``: free joints, joint stiffness,
+damping, armature and friction loss, mocap bodies, gravity compensation, tendons, flexes,
+explicit contact pairs, equality constraints other than active connect/weld, actuators other
+than a joint motor, and fluid forces. With ``unsupported="warn"`` the model loads without them
+(one warning lists what the simulation leaves out: those equalities and actuators are dropped,
+the forces and contacts do not act, mocap bodies stay where drawn); free joints and flexes are
+refused either way. Geoms count only through the inertia MuJoCo
 computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
 cameras, lights, keyframes, the time step and the integrator.
 """
@@ -60,7 +63,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -81,30 +84,38 @@ _OBJ_BODY, _OBJ_SITE = 1, 6
 _DSBL_CONSTRAINT, _DSBL_EQUALITY, _DSBL_GRAVITY = 1, 2, 128
 
 
-def load_mjcf(source: str | os.PathLike | mujoco.MjModel, planar: bool | None = None) -> Mechanism:
+def load_mjcf(
+    source: str | os.PathLike | mujoco.MjModel,
+    planar: bool | None = None,
+    unsupported: str = "error",
+) -> Mechanism:
     """Build a `Mechanism` from MJCF: a file path, the XML text itself (a string starting with
     ``<``) or a compiled ``mujoco.MjModel``. See the module docstring for the mapping. ``planar``:
-    None detects it, True or False forces it."""
-    return _load(source, planar)[0]
+    None detects it, True or False forces it. ``unsupported``: ``"error"`` raises one
+    ``ValueError`` listing every feature loopdyn cannot represent; ``"warn"`` loads the model
+    without them and warns once with the list (free joints and flexes are refused either way)."""
+    return _load(source, planar, unsupported)[0]
 
 
 def world_rotation(
-    source: str | os.PathLike | mujoco.MjModel, planar: bool | None = None
+    source: str | os.PathLike | mujoco.MjModel,
+    planar: bool | None = None,
+    unsupported: str = "error",
 ) -> np.ndarray:
     """The constant rotation ``R`` that `load_mjcf` (same arguments) turns the file's world by:
     identity, unless the model is a planar mechanism drawn outside the xy-plane. A loaded body's
     pose ``(p, R_b)`` is the file's ``(R.T @ p, R.T @ R_b @ R)``; a world vector ``v`` of the file
     (a force, a point) is ``R @ v`` in the loaded mechanism."""
-    return _load(source, planar)[1]
+    return _load(source, planar, unsupported)[1]
 
 
-def _load(source, planar):
+def _load(source, planar, unsupported):
     """The mechanism and the rotation of the file's world into loopdyn's."""
     model = _compile(source)
-    _refuse_unsupported(model)
+    dropped = _refuse_unsupported(model, unsupported)
     frames = _frames(model)
-    joints, massless = _tree_joints(model, frames)
-    cuts = _cut_joints(model, frames)
+    joints, massless = _tree_joints(model, frames, dropped)
+    cuts = _cut_joints(model, frames, dropped)
     gravity = np.zeros(3) if model.opt.disableflags & _DSBL_GRAVITY else model.opt.gravity.copy()
     normal = _plane_normal(model)
     turn = np.eye(3) if planar is False else _plane_rotation(normal, gravity)
@@ -183,91 +194,143 @@ def _name(model, kind, i):
     )
 
 
-def _refuse_unsupported(model):
-    """Raise a ValueError naming the first element loopdyn cannot represent."""
-    for kind, count, why in (
-        ("tendon", model.ntendon, "tendons are not supported"),
-        ("flex", model.nflex, "deformable bodies are not supported"),
-        ("pair", model.npair, "loopdyn has no contact; remove <contact><pair>"),
-    ):
-        if count:
-            raise ValueError(f"{kind} {_name(model, kind, 0)!r}: {why}")
-    if model.opt.density or model.opt.viscosity or np.any(model.opt.wind):
-        raise ValueError("option density/viscosity/wind: fluid forces are not supported")
-    for b in range(1, model.nbody):
-        if model.body_mocapid[b] >= 0 or model.body_gravcomp[b]:
-            what = "is a mocap body" if model.body_mocapid[b] >= 0 else "has gravcomp"
-            raise ValueError(f"body {_name(model, 'body', b)!r} {what}: not supported")
-    for j in range(model.njnt):
-        _refuse_joint(model, j)
-    if model.neq and model.opt.disableflags & (_DSBL_CONSTRAINT | _DSBL_EQUALITY):
-        raise ValueError(
-            "equality constraints are disabled by <flag>: loopdyn cannot switch them off"
+class _Unsupported(NamedTuple):
+    """One feature loopdyn cannot represent: what it is, whether loading may go on without it
+    (``ignorable``: the element is dropped, or its effect left out), and the element dropped
+    (``("equality", e)``, ``("actuator", a)``) or ``None``."""
+
+    message: str
+    ignorable: bool = True
+    drop: tuple[str, int] | None = None
+
+
+def _unsupported(model) -> list[_Unsupported]:
+    """Every element loopdyn cannot represent, in the file's order of kinds."""
+    out = [
+        _Unsupported(f"{kind} {_name(model, kind, i)!r}: {why}", ignorable)
+        for kind, count, why, ignorable in (
+            ("tendon", model.ntendon, "tendons are not supported", True),
+            ("flex", model.nflex, "deformable bodies are not supported", False),
+            ("pair", model.npair, "loopdyn has no contact (explicit contact pair)", True),
         )
+        for i in range(count)
+    ]
+    if model.opt.density or model.opt.viscosity or np.any(model.opt.wind):
+        out.append(_Unsupported("option density/viscosity/wind: fluid forces are not supported"))
+    for b in range(1, model.nbody):
+        if model.body_mocapid[b] >= 0:
+            out.append(
+                _Unsupported(f"body {_name(model, 'body', b)!r} is a mocap body (held fixed)")
+            )
+        if model.body_gravcomp[b]:
+            out.append(_Unsupported(f"body {_name(model, 'body', b)!r} has gravcomp"))
+    for j in range(model.njnt):
+        out += _joint_problems(model, j)
+    off = model.opt.disableflags & (_DSBL_CONSTRAINT | _DSBL_EQUALITY)
     for e in range(model.neq):
         name, kind = _name(model, "equality", e), _EQ_TYPES[model.eq_type[e]]
-        if kind not in ("connect", "weld"):
-            raise ValueError(
-                f"equality {name!r}: a {kind} constraint is not supported "
-                "(only connect and weld become cut joints)"
-            )
-        if not model.eq_active0[e]:
-            raise ValueError(f"equality {name!r} is inactive: loopdyn cannot switch constraints")
-        if model.eq_objtype[e] not in (_OBJ_BODY, _OBJ_SITE):
-            raise ValueError(f"equality {name!r}: only bodies or sites can be constrained")
+        why = (
+            "equality constraints are disabled by <flag>"
+            if off
+            else f"a {kind} constraint (only connect and weld become cut joints)"
+            if kind not in ("connect", "weld")
+            else "inactive (eq_active0): loopdyn cannot switch constraints"
+            if not model.eq_active0[e]
+            else "constrains neither bodies nor sites"
+            if model.eq_objtype[e] not in (_OBJ_BODY, _OBJ_SITE)
+            else None
+        )
+        if why:
+            out.append(_Unsupported(f"equality {name!r}: {why}", drop=("equality", e)))
     for a in range(model.nu):
-        _refuse_actuator(model, a)
+        why = _actuator_problem(model, a)
+        if why:
+            out.append(
+                _Unsupported(
+                    f"actuator {_name(model, 'actuator', a)!r} {why}", drop=("actuator", a)
+                )
+            )
+    return out
 
 
-def _refuse_joint(model, j):
+def _refuse_unsupported(model, unsupported):
+    """Raise one ``ValueError`` listing every unsupported feature (``unsupported="error"``), or
+    warn once listing what the loaded mechanism leaves out (``"warn"``); features that cannot be
+    left out (free joints, flexes) are refused either way. Returns the elements to drop."""
+    if unsupported not in ("error", "warn"):
+        raise ValueError(f"unsupported must be 'error' or 'warn', got {unsupported!r}")
+    problems = _unsupported(model)
+    listed = "".join(f"\n  - {p.message}" for p in problems)
+    if any(not p.ignorable for p in problems) or (problems and unsupported == "error"):
+        hint = (
+            ""
+            if any(not p.ignorable for p in problems)
+            else "\nload_mjcf(..., unsupported='warn') loads it without them"
+        )
+        raise ValueError(
+            f"the MJCF model uses {len(problems)} feature(s) loopdyn cannot represent:{listed}{hint}"
+        )
+    if problems:
+        warnings.warn(
+            f"loading without {len(problems)} unsupported feature(s); the simulation leaves "
+            f"them out (their forces, contacts and constraints do not act):{listed}",
+            stacklevel=4,  # load_mjcf's caller
+        )
+    return {p.drop for p in problems if p.drop}
+
+
+def _joint_problems(model, j):
     name, kind = _name(model, "joint", j), model.jnt_type[j]
     if kind == _FREE:
-        raise ValueError(
-            f"joint {name!r} (body {_name(model, 'body', model.jnt_bodyid[j])!r}) is a "
-            "free joint: loopdyn mechanisms hang from the ground"
-        )
+        return [
+            _Unsupported(
+                f"joint {name!r} (body {_name(model, 'body', model.jnt_bodyid[j])!r}) is a "
+                "free joint: loopdyn mechanisms hang from the ground",
+                ignorable=False,
+            )
+        ]
     dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + (3 if kind == _BALL else 1))
     if np.any(model.jnt_limited[j]):
         warnings.warn(
             f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
             "they are ignored",
-            stacklevel=5,  # load_mjcf's caller
+            stacklevel=6,  # load_mjcf's caller
         )
-    for what, fields, index in (
-        ("stiffness", ("jnt_stiffness", "jnt_stiffnesspoly"), j),
-        ("damping", ("dof_damping", "dof_dampingpoly"), dofs),
-        ("armature", ("dof_armature",), dofs),
-        ("frictionloss", ("dof_frictionloss",), dofs),
-    ):
-        if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f)):
-            raise ValueError(f"joint {name!r} has {what}: not supported by loopdyn, remove it")
+    return [
+        _Unsupported(f"joint {name!r} has {what}")
+        for what, fields, index in (
+            ("stiffness", ("jnt_stiffness", "jnt_stiffnesspoly"), j),
+            ("damping", ("dof_damping", "dof_dampingpoly"), dofs),
+            ("armature", ("dof_armature",), dofs),
+            ("frictionloss", ("dof_frictionloss",), dofs),
+        )
+        if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f))
+    ]
 
 
-def _refuse_actuator(model, a):
-    name = _name(model, "actuator", a)
+def _actuator_problem(model, a):
+    """Why actuator ``a`` is not a plain motor on a hinge or slide joint, or None."""
     if model.actuator_trntype[a] != 0:  # mjTRN_JOINT
-        raise ValueError(f"actuator {name!r}: only actuators on a joint are supported")
+        return "does not act on a joint (only joint actuators are supported)"
     if (model.actuator_dyntype[a], model.actuator_gaintype[a], model.actuator_biastype[a]) != (
         0,
         0,
         0,
     ):
-        raise ValueError(
-            f"actuator {name!r} is not a motor (it has activation dynamics, a "
-            "variable gain or a bias, like position/velocity servos): not supported"
+        return (
+            "is not a motor (it has activation dynamics, a variable gain or a bias, like "
+            "position/velocity servos)"
         )
     if any(
         np.any(getattr(model, f)[a])
         for f in ("actuator_armature", "actuator_damping")
         if hasattr(model, f)
     ):  # fields of MuJoCo >= 4
-        raise ValueError(f"actuator {name!r} has armature or damping: not supported")
+        return "has armature or damping"
     j = model.actuator_trnid[a, 0]
     if model.jnt_type[j] not in (_SLIDE, _HINGE):
-        raise ValueError(
-            f"actuator {name!r} drives the ball joint {_name(model, 'joint', j)!r}: "
-            "only hinge and slide joints can be actuated"
-        )
+        return f"drives the ball joint {_name(model, 'joint', j)!r} (only hinges and slides)"
+    return None
 
 
 def _quat_matrix(quat):
@@ -331,10 +394,12 @@ def _inertias(model, frames):
     return merged
 
 
-def _tree_joints(model, frames):
+def _tree_joints(model, frames, dropped):
     """Keyword arguments of `MechanismBuilder.add_joint` for every MuJoCo joint, in body order,
     and the names of the massless bodies between the joints of multi-joint bodies."""
-    actuated = {model.actuator_trnid[a, 0] for a in range(model.nu)}
+    actuated = {
+        model.actuator_trnid[a, 0] for a in range(model.nu) if ("actuator", a) not in dropped
+    }
     specs, massless = [], []
     for b in range(1, model.nbody):
         first, count = model.body_jntadr[b], model.body_jntnum[b]
@@ -366,11 +431,13 @@ def _tree_joints(model, frames):
     return specs, massless
 
 
-def _cut_joints(model, frames):
-    """Keyword arguments of `MechanismBuilder.add_joint` for every equality constraint (kind
-    "connect" stands for spherical or planar revolute)."""
+def _cut_joints(model, frames, dropped):
+    """Keyword arguments of `MechanismBuilder.add_joint` for every equality constraint not
+    ``dropped`` (kind "connect" stands for spherical or planar revolute)."""
     specs = []
     for e in range(model.neq):
+        if ("equality", e) in dropped:
+            continue
         weld, data = model.eq_type[e] == _WELD, model.eq_data[e]
         one, two = model.eq_obj1id[e], model.eq_obj2id[e]
         if model.eq_objtype[e] == _OBJ_SITE:
