@@ -505,11 +505,25 @@ EQUALITIES = """
 """
 
 
+def test_a_weld_without_torque_is_a_point_constraint():
+    """``torquescale="0"``: MuJoCo leaves the rotation free, so the weld locks the point only
+    (3 rows, a spherical cut joint) where a plain weld locks all 6."""
+    loose = EQUALITIES.replace('anchor="0.1 0.2 0.3"/>', 'anchor="0.1 0.2 0.3" torquescale="0"/>')
+    with pytest.warns(UserWarning, match="apart at qpos0"):
+        mech, stiff = load_mjcf(loose), load_mjcf(EQUALITIES)
+    assert (mech.cut_joints[0].kind, stiff.cut_joints[0].kind) == ("spherical", "weld")
+    assert (mech.topology.loops[0].rows, stiff.topology.loops[0].rows) == (3, 6)
+    np.testing.assert_allclose(mech.cut_position_a[0], stiff.cut_position_a[0], atol=0)
+    np.testing.assert_allclose(mech.cut_position_b[0], stiff.cut_position_b[0], atol=0)
+
+
 def test_weld_and_connect_frames_match_mujoco():
     model = mujoco.MjModel.from_xml_string(EQUALITIES)
     with pytest.warns(UserWarning, match="apart at qpos0") as caught:
-        mech = load_mjcf(EQUALITIES)  # the sites of both connects are apart: the loops are open
+        mech = load_mjcf(EQUALITIES)  # relpose and the sites put these ends apart: open loops
     assert [str(w.message).split(":")[0] for w in caught] == [
+        "equality 'w_rel'",
+        "equality 'equality2'",
         "equality 'c_sites'",
         "equality 'c_post'",
     ]

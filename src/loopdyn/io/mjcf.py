@@ -18,12 +18,15 @@ The mapping, MuJoCo -> loopdyn:
 - ``<equality><connect>`` becomes a spherical cut joint, or a revolute one about z in a planar
   mechanism. ``<equality><weld>`` becomes a weld cut joint. Both are anchored on bodies
   (``eq_data``: MuJoCo computes body2's point or pose at ``qpos0``) or on sites (the site points
-  or frames must coincide). ``solref``, ``solimp`` and ``torquescale`` only shape MuJoCo's soft
-  constraints; they are not used, since loopdyn's constraints are exact. A connect whose two
-  points are apart at ``qpos0`` gets a warning with its name and the distance: MuJoCo would pull
-  them together as it simulates, while loopdyn keeps them as drawn (``q0`` then violates the
-  loop). Body-anchored connects are closed at ``qpos0`` by construction, since MuJoCo puts
-  body2's point at the anchor whatever the drawing (which silently sets the link's length).
+  or frames must coincide). ``solref`` and ``solimp`` only shape MuJoCo's soft constraints;
+  they are not used, since loopdyn's constraints are exact. A weld's ``torquescale`` of 0 leaves
+  the rotation free (MuJoCo drops the weld's rotational residual), so that weld becomes a point
+  constraint like a connect; any other value locks the rotation, exactly. A connect whose two
+  points, or a weld whose ``relpose`` puts its ends, apart at ``qpos0`` gets a warning with its
+  name and the distance: MuJoCo would pull them together as it simulates, while loopdyn keeps
+  them as drawn (``q0`` then violates the loop). Body-anchored connects, and welds without
+  ``relpose``, are closed at ``qpos0`` by construction, since MuJoCo puts body2's point at the
+  anchor whatever the drawing (which silently sets the link's length).
 - ``<actuator><motor joint=...>`` (or a ``<general>`` like it) makes that hinge or slide coordinate
   actuated. loopdyn's input is the joint force itself; MuJoCo's ``ctrl`` is that force divided by
   gear x gain. Control and force ranges are not represented.
@@ -466,7 +469,8 @@ def _cut_joints(model, frames, dropped):
         specs.append(
             {
                 "name": name,
-                "kind": "weld" if weld else "connect",
+                # torquescale 0 leaves the rotation free: a point constraint, like a connect.
+                "kind": "weld" if weld and data[10] != 0.0 else "connect",
                 "parent": body_a,
                 "child": body_b,
                 "position": position_a,
@@ -531,32 +535,42 @@ def _turned_spec(turn, spec):
 
 
 def _warn_open_connects(model):
-    """Warn of every connect equality whose two points are apart at ``qpos0``: only sites (or a
-    compiled model whose ``eq_data`` was edited) can be, since for bodies MuJoCo's compiler puts
-    body2's point where body1's anchor is at ``qpos0``."""
+    """Warn of every connect or weld equality whose two ends are apart at ``qpos0``: only sites,
+    a weld's ``relpose`` (or a compiled model whose ``eq_data`` was edited) can be, since for
+    bodies MuJoCo's compiler puts body2's point where body1's anchor is at ``qpos0``."""
     import mujoco
 
     data = mujoco.MjData(model)  # at qpos0
     mujoco.mj_kinematics(model, data)
     for e in range(model.neq):
-        if model.eq_type[e] == _WELD:
-            continue
-        one, two = model.eq_obj1id[e], model.eq_obj2id[e]
+        weld, one, two = model.eq_type[e] == _WELD, model.eq_obj1id[e], model.eq_obj2id[e]
         if model.eq_objtype[e] == _OBJ_SITE:
             points = data.site_xpos[one], data.site_xpos[two]
+            frames = [data.site_xmat[s].reshape(3, 3) for s in (one, two)]
         else:
+            local = (
+                (model.eq_data[e, 3:6], model.eq_data[e, 0:3])
+                if weld
+                else (model.eq_data[e, 0:3], model.eq_data[e, 3:6])
+            )
             points = [
-                data.xpos[b] + data.xmat[b].reshape(3, 3) @ model.eq_data[e, 3 * k : 3 * k + 3]
-                for k, b in enumerate((one, two))
+                data.xpos[b] + data.xmat[b].reshape(3, 3) @ p for b, p in zip((one, two), local)
             ]
+            if weld:
+                turn = _quat_matrix(model.eq_data[e, 6:10])
+                frames = data.xmat[one].reshape(3, 3) @ turn, data.xmat[two].reshape(3, 3)
         gap = np.linalg.norm(points[0] - points[1])
+        if weld and model.eq_data[e, 10] != 0.0:
+            turn = frames[0].T @ frames[1]
+            gap = max(gap, np.arccos(np.clip((np.trace(turn) - 1.0) / 2.0, -1.0, 1.0)))
         if gap > _GAP * max(1.0, model.stat.extent):
+            kind = "weld (relpose)" if weld else "connect"
             warnings.warn(
-                f"equality {_name(model, 'equality', e)!r}: the two points of this connect are "
-                f"{gap:.6g} apart at qpos0 (the file does not draw its loop closed). MuJoCo "
-                "pulls them together once it simulates; loopdyn keeps both points as drawn, so "
-                "mech.q0 violates this loop: close the drawing, or assemble q0 "
-                "(kinematics.assemble)",
+                f"equality {_name(model, 'equality', e)!r}: the two ends of this {kind} are "
+                f"{gap:.6g} apart at qpos0 (the file does not draw its loop closed; m, or rad "
+                "for a weld's turn). MuJoCo pulls them together once it simulates; loopdyn keeps "
+                "both ends as drawn, so mech.q0 violates this loop: close the drawing, or "
+                "assemble q0 (kinematics.assemble)",
                 stacklevel=4,  # load_mjcf's caller
             )
 
