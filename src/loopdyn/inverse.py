@@ -134,19 +134,23 @@ _plans: dict = {}  # (structure, geometry bytes), and structure -> subsystem pla
 _loop_programs: dict = {}  # structure -> compiled (Phi, J) at q
 
 
-def _geometry(mech):
-    """``mech`` with its geometry as numpy arrays and its other arrays zeroed (so that a traced
-    mass or inertia does not stop the rank decisions), or ``None`` when the geometry is traced."""
+def _geometry_key(mech):
+    """The bytes of the mechanism's geometry, or ``None`` when it is traced."""
     try:
-        geometry = {f: np.asarray(getattr(mech, f)) for f in _GEOMETRY}
+        return tuple(np.asarray(getattr(mech, f)).tobytes() for f in _GEOMETRY)
     except jax.errors.TracerArrayConversionError:
         return None
+
+
+def _geometry(mech):
+    """``mech`` with its geometry as numpy arrays and its other arrays zeroed (so that a traced
+    mass or inertia does not stop the rank decisions)."""
     arrays = {
-        f: geometry.get(f, np.zeros(np.shape(getattr(mech, f))))
+        f: np.asarray(x) if f in _GEOMETRY else np.zeros(np.shape(x))
         for f in mech.__dataclass_fields__
-        if isinstance(getattr(mech, f), (jax.Array, np.ndarray))
+        if isinstance(x := getattr(mech, f), jax.Array | np.ndarray)
     }
-    return eqx.tree_at(lambda m: [getattr(m, f) for f in arrays], mech, [arrays[f] for f in arrays])
+    return eqx.tree_at(lambda m: [getattr(m, f) for f in arrays], mech, list(arrays.values()))
 
 
 def _loop_closure(mech, q):
@@ -201,12 +205,12 @@ def _subsystem_plan(mech):
     geometries seen eagerly, or the system step where they disagreed or none was seen. ``None``
     means one system step."""
     structure = jax.tree_util.tree_structure(mech)
-    geometry = _geometry(mech)
+    geometry = _geometry_key(mech)
     if geometry is None:
         return _plans.get(structure)
-    key = (structure, tuple(np.asarray(getattr(geometry, f)).tobytes() for f in _GEOMETRY))
+    key = (structure, geometry)
     if key not in _plans:
-        top, jacobians = mech.topology, _closed_jacobians(geometry)
+        top, jacobians = mech.topology, _closed_jacobians(_geometry(mech))
 
         def determinate(j, acting):
             step = _step(mech, (j,), acting)
@@ -537,7 +541,7 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     return _Evaluated(result, levels, scales, unbalanced, tau_id, jac)
 
 
-_compiled = eqx.filter_jit(_evaluate)
+_compiled = jax.jit(_evaluate, static_argnums=4)
 
 
 def solve(mech: Mechanism, q, qd, qdd, method: str = "subsystem") -> InverseDynamics:
