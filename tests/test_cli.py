@@ -13,6 +13,7 @@ def test_simulate_writes_results_and_figures(tmp_path, capsys):
          str(figure), "--gif", str(gif)]
     )  # fmt: skip
     printed = capsys.readouterr().out
+    assert printed.splitlines()[1] == "  compiling ..."  # before the compile, not after it
     for words in ("reached t = 0.3", "compile", "max loop residual", "relative drift"):
         assert words in printed
     with np.load(out) as data:
@@ -22,6 +23,49 @@ def test_simulate_writes_results_and_figures(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.gif", "run.npz", "run.png"]
 
 
-def test_unknown_mechanism_is_named():
-    with pytest.raises(SystemExit, match="unknown mechanism 'four_bars'"):
-        cli.main(["simulate", "four_bars"])
+def _refused(argv, capsys):
+    """Exit code and stderr of a command line that must fail."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    return exit_.value.code, capsys.readouterr().err
+
+
+def test_unknown_mechanism_is_named(capsys):
+    code, err = _refused(["simulate", "four_bars"], capsys)
+    assert code == 2 and err.startswith("loopdyn simulate: unknown mechanism 'four_bars'")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "missing.xml"],
+        ["inverse", "missing.xml"],
+        ["balance", "missing.xml", "--links", "crank"],
+        ["montecarlo", "missing.xml", "--out", "study.zarr"],
+        ["fit", "missing.xml", "--data", "missing.npz"],
+    ],
+)
+def test_every_verb_names_a_missing_file_in_one_line(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = _refused(argv, capsys)
+    assert code != 0 and err.count("\n") == 1
+    assert err.startswith(f"loopdyn {argv[0]}: ") and "missing" in err
+
+
+def test_bad_options_are_refused_before_loading(capsys):
+    for argv, message in (
+        (["simulate", "three_rrr", "--t", "0"], "--t: must be positive, got 0"),
+        (["simulate", "three_rrr", "--saves", "1"], "--saves must be at least 2"),
+        (["simulate", "three_rrr", "--rtol", "-1"], "--rtol: must be positive"),
+    ):
+        code, err = _refused(argv, capsys)
+        assert code == 2 and message in err
+
+
+def test_help_shows_defaults_and_units(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "final time [s] (default: 5.0)" in help_text
+    assert "[rad/s or m/s]" in help_text

@@ -35,7 +35,7 @@ def speed_control(mech, rate, gain):
     by a proportional speed controller of ``gain`` [N m s/rad] (a motor held at constant speed),
     and the initial velocities at that speed."""
     if not mech.actuated:
-        raise SystemExit("loopdyn: --drive needs an actuated joint; this mechanism has none")
+        raise ValueError("--drive needs an actuated joint; this mechanism has none")
     crank = mech.actuated[0]
     qd0 = jnp.zeros_like(mech.q0).at[crank].set(rate)
     qd0 = kinematics.project_velocity(mech, mech.q0, qd0, fixed=(crank,))
@@ -49,6 +49,7 @@ def run(mech, t1, *, tau=None, qd0=None, saves=301, **options):
     qd0 = jnp.zeros_like(q0) if qd0 is None else qd0
     ts = jnp.linspace(0.0, t1, saves)
     timings = []
+    print("  compiling ...", flush=True)  # the first call compiles; the second times the run
     for _ in range(2):
         start = time.perf_counter()
         sim = simulation.simulate(mech, q0, qd0, t1, tau=tau, saveat=ts, **options)
@@ -110,20 +111,41 @@ def demo(out: pathlib.Path):
         )
 
 
+class Parser(argparse.ArgumentParser):
+    """Every loopdyn (sub)command's parser: ``--help`` shows each option's default."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(**kwargs)
+
+
+def positive(text):
+    """An argparse type: a float > 0."""
+    value = float(text)
+    if not value > 0.0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="loopdyn", description=__doc__)
+    """Run the command line. Bad input (a missing file, an unknown mechanism, a model loopdyn
+    cannot represent, a state off its loops) ends with one line naming the problem and exit
+    code 2; a simulation that fails exits with 1."""
+    parser = Parser(prog="loopdyn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("demo", help="simulate the 3-RRR and the carpet scraper, write figures")
-    cmd.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"))
+    cmd.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"), help="directory")
     cmd = sub.add_parser("simulate", help="simulate a mechanism from its q0 at rest")
     cmd.add_argument("mechanism", help="library name (e.g. three_rrr) or MJCF file (.xml)")
-    cmd.add_argument("--t", type=float, default=5.0, help="final time [s]")
+    cmd.add_argument("--t", type=positive, default=5.0, help="final time [s]")
     cmd.add_argument("--method", choices=forward.METHODS, default="sslm")
     cmd.add_argument("--stabilization", choices=simulation.STABILIZATIONS, default="baumgarte")
-    cmd.add_argument("--rtol", type=float, default=1e-8)
-    cmd.add_argument("--atol", type=float, default=1e-8)
+    cmd.add_argument("--rtol", type=positive, default=1e-8, help="relative tolerance per step")
+    cmd.add_argument("--atol", type=positive, default=1e-8, help="absolute tolerance [rad, m]")
     cmd.add_argument("--saves", type=int, default=301, help="number of saved instants")
-    cmd.add_argument("--drive", type=float, help="hold the first actuator at this speed [rad/s]")
+    cmd.add_argument(
+        "--drive", type=float, help="hold the first actuator at this speed [rad/s or m/s]"
+    )
     cmd.add_argument("--gain", type=float, default=60.0, help="speed controller gain [N m s/rad]")
     cmd.add_argument("--out", type=pathlib.Path, help="results (.npz, written atomically)")
     cmd.add_argument("--plot", type=pathlib.Path, help="figure (.png)")
@@ -133,6 +155,15 @@ def main(argv=None):
     cli_fit.add_parser(sub)
     cli_balance.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "simulate" and args.saves < 2:
+        parser.exit(2, f"loopdyn simulate: --saves must be at least 2, got {args.saves}\n")
+    try:
+        _dispatch(args)
+    except (ValueError, OSError) as error:
+        parser.exit(2, f"loopdyn {args.command}: {error}\n")
+
+
+def _dispatch(args):
     if args.command == "inverse":
         cli_inverse.run(args)
     elif args.command == "montecarlo":

@@ -12,12 +12,13 @@ from .mjcf import load_mjcf
 
 
 def load(name: str):
-    """A library mechanism by name (``loopdyn.mechanisms``) or an MJCF file."""
+    """A library mechanism by name (``loopdyn.mechanisms``) or an MJCF file; ``ValueError`` for
+    an unknown name."""
     if name.endswith(".xml"):
         return load_mjcf(pathlib.Path(name))
     if name not in mechanisms.__all__:
-        raise SystemExit(
-            f"loopdyn: unknown mechanism {name!r}: give an MJCF file (.xml) or one of "
+        raise ValueError(
+            f"unknown mechanism {name!r}: give an MJCF file (.xml) or one of "
             f"{', '.join(mechanisms.__all__)}"
         )
     return getattr(mechanisms, name)()
