@@ -1,9 +1,13 @@
 """``loopdyn simulate``: the summary, an atomic results file and the figures it promises."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
 from loopdyn import cli, simulation
+
+DATA = pathlib.Path(__file__).parent / "data"
 
 
 def test_simulate_writes_results_and_figures(tmp_path, capsys):
@@ -69,3 +73,16 @@ def test_help_shows_defaults_and_units(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "final time [s] (default: 5.0)" in help_text
     assert "[rad/s or m/s]" in help_text
+
+
+def test_inverse_with_more_freedoms_than_actuators_says_what_to_prescribe(capsys):
+    """The RSSR with a ball joint has 2 degrees of freedom (the coupler's spin is idle) and one
+    actuator: the CLI names the option that prescribes more coordinates, and a held coordinate
+    that needs a force to hold is refused, never reported with an unbalanced torque."""
+    rssr = str(DATA / "rssr.xml")
+    code, err = _refused(["inverse", rssr], capsys)
+    assert code == 2 and "prescribe exactly 2 coordinates" in err and "--hold" in err
+    code, err = _refused(["inverse", rssr, "--hold", "ball[2]"], capsys)
+    assert code == 2 and "cannot produce this motion" in err and "holding ['ball[2]']" in err
+    code, err = _refused(["inverse", rssr, "--hold", "spin"], capsys)
+    assert code == 2 and "--hold: unknown coordinates ['spin']" in err

@@ -53,15 +53,24 @@ def add_parser(subparsers):
         help="duration [s] (default: one revolution of the first actuator, 2 pi / speed)",
     )
     cmd.add_argument("--dt", type=float, default=0.01, help="time step of the grid [s]")
+    cmd.add_argument(
+        "--hold",
+        default="",
+        help="comma-separated coordinates held at q0 beside the driven actuators, where the "
+        "mechanism has more degrees of freedom than actuators (idle or passive freedoms)",
+    )
     cmd.add_argument("--method", choices=inverse.METHODS, default="subsystem")
     cmd.add_argument("--out", type=pathlib.Path, help="results (.json, written atomically)")
     cmd.add_argument("--plot", type=pathlib.Path, help="figure (.png, written atomically)")
     return cmd
 
 
-def constant_speed(mech, speeds):
-    """The drive ``t -> q_a(0) + speeds t`` of the actuated coordinates (``q_a(0)`` from
-    ``mech.q0``); ``speeds`` one per actuator, or one value for the first (the others held)."""
+def constant_speed(mech, speeds, hold=()):
+    """The drive ``t -> q_p(0) + speeds t`` of the prescribed coordinates: the actuated ones,
+    turning at ``speeds`` (one per actuator, or one value for the first, the others held), and the
+    coordinates named in ``hold``, held at ``mech.q0`` (for idle or passive freedoms beyond the
+    actuators, e.g. a coupler's spin between two ball joints). ``q_p(0)`` from ``mech.q0``; the
+    prescribed coordinates in index order, as `loopdyn.prescribed` takes them."""
     count = len(mech.actuated)
     if count == 0:
         raise ValueError("this mechanism has no actuated joint to drive")
@@ -73,8 +82,13 @@ def constant_speed(mech, speeds):
             f"--speed: give 1 or {count} speeds (actuators {list(mech.actuator_names)}), "
             f"got {len(speeds)}"
         )
-    start = np.asarray(mech.q0)[np.array(mech.actuated)]
-    rate = jnp.asarray(speeds)
+    unknown = [name for name in hold if name not in mech.coordinate_names]
+    if unknown:
+        raise ValueError(f"--hold: unknown coordinates {unknown}; {list(mech.coordinate_names)}")
+    rate = dict(zip(mech.actuated, speeds))
+    chosen = sorted(set(mech.actuated) | {mech.coordinate_names.index(name) for name in hold})
+    start = np.asarray(mech.q0)[np.array(chosen)]
+    rate = jnp.asarray([rate.get(k, 0.0) for k in chosen])
 
     def drive(t):
         return start + rate * t
@@ -82,10 +96,10 @@ def constant_speed(mech, speeds):
     return drive
 
 
-def cycle(mech, speeds, duration=None, dt=0.01, method="subsystem"):
+def cycle(mech, speeds, duration=None, dt=0.01, method="subsystem", hold=()):
     """Prescribed constant-speed motion over ``duration`` (default one revolution of the first
-    actuator) on the grid ``0, dt, ...`` up to ``duration``, and its inverse dynamics:
-    ``(motion, result)``."""
+    actuator) on the grid ``0, dt, ...`` up to ``duration``, the coordinates in ``hold`` held
+    (`constant_speed`), and its inverse dynamics: ``(motion, result)``."""
     speeds = np.atleast_1d(speeds)
     if duration is None:
         if speeds[0] == 0:
@@ -93,8 +107,9 @@ def cycle(mech, speeds, duration=None, dt=0.01, method="subsystem"):
         duration = 2 * math.pi / abs(float(speeds[0]))
     steps = max(2, int(duration / dt + 1e-9) + 1)  # both ends: 1.34 s at 0.01 s -> 134
     t = jnp.arange(steps) * dt
+    coordinates = [*mech.actuator_names, *hold] if hold else None
     return prescribed.prescribed_inverse_dynamics(
-        mech, constant_speed(mech, speeds), t, method=method
+        mech, constant_speed(mech, speeds, hold), t, coordinates=coordinates, method=method
     )
 
 
@@ -213,12 +228,17 @@ def run(args):
     """Execute ``loopdyn inverse`` with the parsed ``args``."""
     mech = load(args.mechanism)
     start = time.perf_counter()
-    try:
-        motion, result = cycle(mech, args.speed, args.cycle, args.dt, args.method)
-    except ValueError as error:
-        raise SystemExit(f"loopdyn inverse: {error}") from None
+    hold = tuple(name for name in args.hold.split(",") if name)
+    motion, result = cycle(mech, args.speed, args.cycle, args.dt, args.method, hold)
     jax.block_until_ready(result)
     elapsed = time.perf_counter() - start
+    unbalanced = float(jnp.max(result.residual))
+    if unbalanced > 1e-6 * (1.0 + float(jnp.max(jnp.abs(result.tau)))):
+        raise ValueError(
+            f"the actuators {list(mech.actuator_names)} cannot produce this motion: unbalanced "
+            f"generalized force up to {unbalanced:.3e} [N m or N]"
+            + (f" (holding {list(hold)} needs a force there)" if hold else "")
+        )
     record = results(mech, motion, result, args.method)
     plan = " then ".join("{}x{}".format(*s["shape"]) for s in record["plan"])
     forces = np.asarray(result.actuator_forces)

@@ -76,8 +76,9 @@ def prescribed_coordinates(mech: Mechanism, coordinates=None) -> tuple[int, ...]
         raise ValueError(
             f"prescribed_motion: {len(chosen)} prescribed coordinates {names} leave {dependent} "
             f"to the {mech.topology.num_rows} loop constraint rows; prescribe exactly "
-            f"{mech.num_bodies - mech.topology.num_rows} coordinates (the degrees of freedom), "
-            "e.g. with coordinates=..."
+            f"{mech.num_bodies - mech.topology.num_rows} coordinates (the degrees of freedom): "
+            "name them with coordinates=[...] (loopdyn inverse: --hold for the ones beside the "
+            "actuators)"
         )
     return chosen
 
