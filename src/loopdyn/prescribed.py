@@ -214,7 +214,9 @@ def prescribed_inverse_dynamics(
 ) -> tuple[Motion, inverse.InverseDynamics]:
     """`prescribed_motion` and the inverse dynamics (`loopdyn.inverse.solve`) of every state,
     in one compiled program: actuator forces, multipliers, all joint reactions and the ground
-    wrench, each with a leading time axis ``(T, ...)``."""
+    wrench, each with a leading time axis ``(T, ...)``. Like `loopdyn.inverse.solve` it does not
+    refuse a motion the actuators cannot produce (a prescribed passive coordinate that needs a
+    force to follow its drive): the result's ``residual`` is then above rounding level."""
     chosen, t, q_guess = _prepare(mech, t, q_guess, coordinates, "prescribed_inverse_dynamics")
     inverse.solve_plan(mech, method)  # checks the method, warns once where it should
     motion, result = _compiled(mech, t, drive, q_guess, chosen, tol, max_iter, method)
