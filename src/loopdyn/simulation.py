@@ -37,14 +37,17 @@ not see: refused.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import NamedTuple
 
 import diffrax
 import equinox as eqx
+import equinox._errors as equinox_errors  # EQX_ON_ERROR, read when tracing
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from . import dense, energy, forward, kinematics
 from ._checks import check_arrays, check_finite
@@ -133,25 +136,30 @@ def _on_manifold(mech, q, qd, iterations):
 
 
 def _torque(tau, t1):
-    """``tau`` as a function of ``(t, q, qd)``: ``None`` (zero), a constant ``(n,)``, samples
-    ``(K, n)`` evenly spaced over ``[0, t1]`` (linearly interpolated), or a callable."""
+    """``tau`` as a function of ``(t, q, qd)``: samples ``(K, n)`` evenly spaced over ``[0, t1]``
+    (linearly interpolated; one sample is a constant) or a callable."""
     if callable(tau):
         return tau
-    if tau is None:
-        return lambda t, q, qd: jnp.zeros_like(q)
-    tau = jnp.asarray(tau)
-    if tau.ndim == 1:
-        return lambda t, q, qd: tau.astype(q.dtype)
-    grid = jnp.linspace(0.0, t1, tau.shape[0])
-    return lambda t, q, qd: jax.vmap(lambda column: jnp.interp(t, grid, column), 1)(tau)
+    if tau.shape[0] == 1:
+        return lambda t, q, qd: tau[0]
+    last = tau.shape[0] - 1
+    position = lambda t: jnp.clip(t / t1 * last, 0.0, last)
+    index = lambda t: jnp.minimum(jnp.floor(position(t)), last - 1).astype(int)
+
+    def interpolated(t, q, qd):
+        k, w = index(t), position(t) - index(t)
+        return (1.0 - w) * tau[k] + w * tau[k + 1]
+
+    return interpolated
 
 
-def _accelerations(mech, q, qd, tau, method, stabilization, gains, independent):
+def _accelerations(mech, q, qd, tau, options):
     """The solution of the (stabilised) constrained equations at one state."""
-    baumgarte = gains if stabilization == "baumgarte" else None
+    baumgarte = options.gains if options.stabilization == "baumgarte" else None
     return forward.solve(
-        mech, q, qd, tau, method=method, baumgarte=baumgarte, independent=independent
-    )
+        mech, q, qd, tau, method=options.method, baumgarte=baumgarte,
+        independent=options.independent,
+    )  # fmt: skip
 
 
 class _Partitioned(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
@@ -189,50 +197,137 @@ class _Partitioned(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver
         return self.solver.func(terms, t0, y0, args)
 
 
+class _FirstStep(diffrax.AbstractAdaptiveStepSizeController):
+    """A `diffrax.PIDController` whose first step is ``dt0`` (an array): diffrax's own initial
+    step-size guess traces the vector field a second time, and a ``dt0`` given to
+    ``diffeqsolve`` is checked by a host callback, which keeps the program out of JAX's
+    persistent compilation cache."""
+
+    pid: diffrax.PIDController
+    dt0: Float[Array, ""]
+
+    @property
+    def rtol(self):
+        return self.pid.rtol
+
+    @property
+    def atol(self):
+        return self.pid.atol
+
+    @property
+    def norm(self):
+        return self.pid.norm
+
+    def wrap(self, direction):
+        return _FirstStep(self.pid.wrap(direction), self.dt0)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        return self.pid.init(terms, t0, t1, y0, self.dt0, args, func, error_order)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        return self.pid.adapt_step_size(t0, t1, y0, y1_candidate, args, y_error, error_order, state)
+
+
+class _Options(NamedTuple):
+    """What fixes the compiled program's structure (static)."""
+
+    method: str
+    stabilization: str
+    gains: tuple[float, float]
+    independent: tuple[int, ...]
+    solver: diffrax.AbstractSolver
+    max_steps: int
+    adjoint: diffrax.AbstractAdjoint
+    assemble: bool
+    saves: int
+
+
+class _Start(NamedTuple):
+    """The initial state as solved from, for the checks made after the program: ``Phi(q0)``,
+    ``J qd0``, the scale of the latter ``1 + max|J| |qd0|`` and whether ``assemble`` converged."""
+
+    phi: Float[Array, " m"]
+    velocity: Float[Array, " m"]
+    velocity_scale: Float[Array, ""]
+    assembled: Bool[Array, ""]
+
+
+@contextlib.contextmanager
+def _runtime_checks_as_nan():
+    """Trace ``eqx.error_if`` as a NaN-returning select instead of a host callback (equinox's
+    ``EQX_ON_ERROR=nan``, for this trace only). A host callback keeps a program out of JAX's
+    persistent compilation cache; inside the solve the checks are diffrax's of ``saveat``, which
+    `simulate` makes itself before compiling."""
+    previous, equinox_errors.EQX_ON_ERROR = equinox_errors.EQX_ON_ERROR, "nan"
+    try:
+        yield
+    finally:
+        equinox_errors.EQX_ON_ERROR = previous
+
+
 @eqx.filter_jit
-def _integrate(mech, q0, qd0, t1, ts, tau, options):
-    method, stabilization, gains, independent, solver, rtol, atol, dt0, max_steps, adjoint = options
-    torque = _torque(tau, t1)
-    embedded = stabilization == "embedding" and mech.cut_joints
+def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
+    """The whole simulation as one program: assembly (if asked), the solve, and the saved-state
+    measurements in one batched pass. ``t1``, ``ts`` (``None``: ``options.saves`` evenly
+    spaced), ``tau`` samples and ``tolerances = (rtol, atol, dt0)`` are traced."""
+    rtol, atol, dt0 = tolerances
+    assembled = jnp.asarray(True)
+    if options.assemble and mech.cut_joints:
+        q0, residual, assembled = kinematics.try_assemble(mech, q0, fixed=options.independent)
+        qd0 = kinematics.project_velocity(mech, q0, qd0, fixed=options.independent)
+    if ts is None:
+        ts = jnp.linspace(0.0, t1, options.saves)
+    solver = options.solver
+    embedded = options.stabilization == "embedding" and mech.cut_joints
     if embedded:
         solver = _Partitioned(solver, lambda y: _on_manifold(mech, *y, 3))
 
     def field(t, y, args):  # the parameters come in ``args``, as BacksolveAdjoint needs
-        (q, qd), (mech, tau) = y, args
-        torque = _torque(tau, t1)
-        solution = _accelerations(
-            mech, q, qd, torque(t, q, qd), method, stabilization, gains, independent
-        )
+        (q, qd), (mech, tau, t1) = y, args
+        solution = _accelerations(mech, q, qd, _torque(tau, t1)(t, q, qd), options)
         nan = jnp.where(solution.singular, jnp.nan, 0.0)  # rejects the step: never a silent NaN
         return qd, solution.qdd + nan
 
+    controller = diffrax.PIDController(rtol=rtol, atol=atol)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
         solver,
         0.0,
         t1,
-        dt0,
+        None,
         (q0, qd0),
-        args=(mech, tau),
+        args=(mech, tau, t1),
         saveat=diffrax.SaveAt(ts=ts),
-        adjoint=adjoint,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        max_steps=max_steps,
+        adjoint=options.adjoint,
+        stepsize_controller=_FirstStep(controller, jax.lax.stop_gradient(dt0)),
+        max_steps=options.max_steps,
         throw=False,
     )
     q, qd = sol.ys
     if embedded:
         q, qd = jax.vmap(lambda q, qd: _on_manifold(mech, q, qd, 4))(q, qd)
+    torque = _torque(tau, t1)
 
-    def measured(t, q, qd):
+    def measured(state):
+        t, q, qd = state
         phi, jac, _ = kinematics.loop_terms(mech, q, qd)
-        solution = _accelerations(
-            mech, q, qd, torque(t, q, qd), method, stabilization, gains, independent
-        )
-        residual = jnp.stack([jnp.linalg.norm(phi), jnp.linalg.norm(jac @ qd)])
-        return solution.lam, residual, energy.total_energy(mech, q, qd)
+        lam = _accelerations(mech, q, qd, torque(t, q, qd), options).lam
+        scale = 1.0 + jnp.max(jnp.abs(jac), initial=0.0) * jnp.linalg.norm(qd)
+        return lam, phi, jac @ qd, scale, energy.total_energy(mech, q, qd)
 
-    lam, residual, total = jax.vmap(measured)(sol.ts, q, qd)
+    # The initial state (for the closure check) and the saved states, one after the other: a
+    # loop compiles the dynamics as one state's (2.1 s against 3.0 s vmapped, 3-RRR).
+    lam, phi, velocity, scale, total = jax.lax.map(
+        measured,
+        (
+            jnp.concatenate([ts[:1], sol.ts]),
+            jnp.concatenate([q0[None], q]),
+            jnp.concatenate([qd0[None], qd]),
+        ),
+    )
+    residual = jnp.stack(
+        [jnp.linalg.norm(phi[1:], axis=1), jnp.linalg.norm(velocity[1:], axis=1)], 1
+    )
     result = jnp.where(
         sol.result == diffrax.RESULTS.successful,
         SUCCESS,
@@ -246,7 +341,8 @@ def _integrate(mech, q0, qd0, t1, ts, tau, options):
         result,
         reached,
     )
-    return Simulation(sol.ts, q, qd, lam, residual, total, stats)
+    simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], stats)
+    return simulation, _Start(phi[0], velocity[0], scale[0], assembled)
 
 
 def simulate(
@@ -272,22 +368,35 @@ def simulate(
     adjoint: diffrax.AbstractAdjoint | None = None,
 ) -> Simulation:
     """Simulate ``mech`` from ``(q0, qd0)`` over ``[0, t1]``: the whole trajectory is one jitted
-    diffrax solve (compiled once per topology and options; differentiable; ``vmap``-able).
+    program (differentiable; ``vmap``-able) that evaluates the dynamics in one place, the solver's
+    step; the saved states' ``lam``, residuals and energy come from one batched pass after it.
 
     ``tau``: joint forces, ``None`` (zero), constant ``(n,)``, samples ``(K, n)`` evenly spaced over
     ``[0, t1]`` (linear interpolation) or a function ``tau(t, q, qd)``. ``method``: see
     `forward`. ``solver``: any diffrax solver (default ``Tsit5``) with a PID step-size controller at
-    ``rtol``/``atol``. ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
+    ``rtol``/``atol``, first step ``dt0`` (default ``t1 * 1e-5``; the controller grows it up to
+    tenfold per step). ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
     ``diffrax.SaveAt(ts=...)``. ``stabilization``: ``"none"``, ``"baumgarte"`` with gains
     ``baumgarte = (alpha, beta)`` in 1/s, or ``"embedding"`` (module docstring). ``independent``:
     the coordinates held by ``assemble`` and by ``method="embedding"`` (default
     `forward.independent_coordinates` at ``q0``).
+
+    Compiled once per mechanism topology, method, stabilization, gains, solver, adjoint,
+    ``max_steps``, number of saves and kind of ``tau`` (a function, or the number of samples:
+    ``None`` and a constant are one); new ``q0``, ``qd0``, ``t1``, ``saveat`` times, ``rtol``,
+    ``atol``, ``dt0``, ``tau`` samples and mechanism parameters reuse the program. It holds no
+    host callback, so JAX's persistent compilation cache can keep it across processes: before the
+    first call, ``jax.config.update("jax_compilation_cache_dir", path)`` and
+    ``jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)`` (JAX skips programs
+    that compile faster than that, 1 s by default). The ``loopdyn`` command line does this.
 
     ``q0`` must close the loops to ``closure_tol`` and ``qd0`` satisfy ``J qd0 = 0`` to the same
     relative tolerance, or a ``ValueError`` names the worst loop; ``assemble=True`` closes them
     instead (independent coordinates held). A failed solve (singular configuration, NaN, too many
     steps) returns with ``stats.result`` set, ``message`` saying when and what to do, and ``inf``
     rows after the failure; ``throw=True`` raises ``RuntimeError`` with that message instead.
+    These checks need concrete values: under ``jit`` or ``vmap`` they are skipped (``throw``
+    then raises at run time), and ``saveat`` times outside ``[0, t1]`` give NaN.
 
     ``adjoint``: how gradients pass through the solve (module docstring, "Gradients"); default
     ``diffrax.RecursiveCheckpointAdjoint()``, ``diffrax.ForwardMode()`` for ``jax.jacfwd``.
@@ -299,8 +408,9 @@ def simulate(
         raise ValueError(
             f"simulate: stabilization must be one of {STABILIZATIONS}, got {stabilization!r}"
         )
-    if not float(t1) > 0.0:
-        raise ValueError(f"simulate: t1 must be positive, got {t1}")
+    for name, value in (("t1", t1), ("rtol", rtol), ("atol", atol), ("dt0", dt0)):
+        if value is not None and _concrete(value) and not float(value) > 0.0:
+            raise ValueError(f"simulate: {name} must be positive, got {value}")
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
     if not isinstance(adjoint, diffrax.AbstractAdjoint):
         raise TypeError(f"simulate: adjoint must be a diffrax adjoint, got {adjoint!r}")
@@ -312,29 +422,37 @@ def simulate(
         )
     if mech.cut_joints and independent is None and (method == "embedding" or assemble):
         independent = forward.independent_coordinates(mech, q0, prefer_actuated=assemble)
-    if assemble and mech.cut_joints:
-        q0 = kinematics.assemble(mech, q0, fixed=independent)
-        qd0 = kinematics.project_velocity(mech, q0, qd0, fixed=independent)
-    _check_closed(mech, q0, qd0, closure_tol)
-    if saveat is None:
-        ts = jnp.linspace(0.0, t1, 201)
-    else:
-        ts = jnp.asarray(saveat.subs.ts if isinstance(saveat, diffrax.SaveAt) else saveat)
-    options = (
+    dtype = q0.dtype
+    ts = saveat.subs.ts if isinstance(saveat, diffrax.SaveAt) else saveat
+    if ts is not None:
+        ts = jnp.asarray(ts, dtype)
+        if _concrete((ts, t1)) and not _increasing_within(np.asarray(ts), float(t1)):
+            raise ValueError(f"simulate: saveat must be increasing times within [0, t1 = {t1:g}]")
+    if not callable(tau):
+        tau = jnp.zeros(mech.num_bodies, dtype) if tau is None else jnp.asarray(tau, dtype)
+        tau = tau.reshape(-1, mech.num_bodies)  # a constant is one sample
+    options = _Options(
         method,
         stabilization,
         tuple(float(g) for g in baumgarte),
         tuple(independent or ()),
         solver if solver is not None else diffrax.Tsit5(),
-        rtol,
-        atol,
-        dt0,
         max_steps,
         adjoint,
+        bool(assemble),
+        201,
     )
-    result = _integrate(mech, q0, qd0, t1, ts.astype(q0.dtype), tau, options)
+    t1 = jnp.asarray(t1, dtype)
+    dt0 = 1e-5 * t1 if dt0 is None else dt0
+    tolerances = tuple(jnp.asarray(x, dtype) for x in (rtol, atol, dt0))
+    with _runtime_checks_as_nan():
+        result, start = _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options)
+    if _concrete(start):
+        if not bool(start.assembled):
+            kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
+        _check_closed(mech, start, closure_tol)
     if throw:
-        if isinstance(result.stats.result, jax.core.Tracer):
+        if not _concrete(result.stats.result):
             return eqx.error_if(
                 result, result.stats.result != SUCCESS, "simulate: " + _REMEDIES[FAILED]
             )
@@ -343,18 +461,24 @@ def simulate(
     return result
 
 
-def _check_closed(mech, q0, qd0, tol):
+def _concrete(tree) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
+
+
+def _increasing_within(ts, t1):
+    return bool(np.all(np.diff(ts) >= 0.0) and np.all((ts >= 0.0) & (ts <= t1)))
+
+
+def _check_closed(mech, start, tol):
     """Refuse initial states that do not satisfy the loop constraints, naming the worst loop."""
-    leaves = jax.tree_util.tree_leaves((mech, q0, qd0))
-    if not mech.cut_joints or any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return  # traced (e.g. differentiated with respect to mech): checked where concrete
-    phi, jac, _ = (np.asarray(x) for x in kinematics.loop_terms(mech, q0, qd0))
-    velocity_scale = 1.0 + float(np.max(np.abs(jac))) * float(np.linalg.norm(qd0))
     top = mech.topology
+    if not top.loops:
+        return
     for what, residual, scale in (
-        ("q0 does not close", phi, 1.0),
-        ("qd0 violates J qd0 = 0 at", jac @ np.asarray(qd0), velocity_scale),
+        ("q0 does not close", start.phi, 1.0),
+        ("qd0 violates J qd0 = 0 at", start.velocity, float(start.velocity_scale)),
     ):
+        residual = np.asarray(residual)
         norms = [np.linalg.norm(residual[top.rows(i)]) for i in range(len(top.loops))]
         worst = int(np.argmax(norms))
         if norms[worst] > tol * scale:
