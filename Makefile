@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOOPDYN_CACHE_DIR ?= $(HOME)/.cache/loopdyn/jax
 
 .PHONY: demo test bench lint clean
 
@@ -12,8 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The command line keeps compiled programs in LOOPDYN_CACHE_DIR (default ~/.cache/loopdyn/jax):
+# a second `make demo` loads them instead of compiling; `make demo LOOPDYN_CACHE_DIR=off`: none.
 demo: $(STAMP)
-	$(BIN)/python -m loopdyn.cli demo
+	LOOPDYN_CACHE_DIR=$(LOOPDYN_CACHE_DIR) $(BIN)/python -m loopdyn.cli demo
 
 # One process per test file (a long single process that compiled hundreds of XLA programs ran out
 # of memory mappings, vm.max_map_count, and aborted inside XLA's compiler; see tests/conftest.py), JOBS files at a time (default: one per

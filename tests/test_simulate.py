@@ -1,6 +1,8 @@
 """`loopdyn.simulate`: exact solutions (pendulum period), conservation and work-energy balance,
 the seeds' 15 s free runs with each stabilisation, refusals and result codes."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -192,3 +194,62 @@ def test_energy_helper_matches_saved_energy(swing):
     sim = swing
     total = jax.vmap(energy.total_energy, (None, 0, 0))(PENDULUM, sim.q, sim.qd)
     np.testing.assert_allclose(sim.energy, total, rtol=1e-14)
+
+
+def compilations(*args, **options):
+    """XLA compilations (JAX's backend compile events) in ``simulate(PENDULUM, *args,
+    **options)``, and its result."""
+    events = []
+
+    def count(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            events.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        result = loopdyn.simulate(PENDULUM, *args, **options)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    return len(events), result
+
+
+def test_new_times_tolerances_and_torque_samples_reuse_the_compiled_program():
+    """``t1``, ``saveat`` times, ``rtol``, ``atol``, ``dt0`` and ``tau`` samples are arguments of
+    the program, not constants in it: changing them compiles nothing; a new number of saves does
+    (so the count can fail). ``None`` and a constant ``tau`` are one program."""
+    q0, qd0, torque = jnp.array([0.3]), jnp.zeros(1), jnp.array([0.2])
+    first, _ = compilations(q0, qd0, 1.0)
+    count, sim = compilations(q0, qd0, 1.5, tau=torque, rtol=1e-7, atol=1e-9, dt0=1e-3)
+    assert first > 0 and count == 0 and sim.succeeded and float(sim.ts[-1]) == 1.5
+    counts = []
+    for t1, a, b in ((1.0, 0.0, 1.0), (0.7, 1.0, -1.0)):
+        ts, tau = t1 * jnp.linspace(0.0, 1.0, 31) ** 2, jnp.linspace(a, b, 5)[:, None]
+        count, sim = compilations(q0, qd0, t1, tau=tau, saveat=ts)
+        assert sim.succeeded and np.array_equal(sim.ts, ts)
+        counts.append(count)
+    count, _ = compilations(q0, qd0, 0.7, saveat=jnp.linspace(0.0, 0.7, 11))
+    assert counts[0] > 0 and counts[1] == 0 and count > 0
+
+
+def test_the_compiled_simulation_has_no_host_callbacks():
+    """Host callbacks (``eqx.error_if``, diffrax's runtime checks) keep a program out of JAX's
+    persistent compilation cache; `simulate`'s program, here the four-bar's with Baumgarte
+    stabilisation and assembly, has none."""
+    lowered = jax.jit(
+        lambda q0, qd0: loopdyn.simulate(
+            FOUR_BAR, q0, qd0, 1.0, tau=TAU, assemble=True, independent=(0,)
+        )
+    ).lower(FOUR_BAR.q0, jnp.zeros(3))
+    targets = set(re.findall(r'custom_call @(\w+)|call_target_name = "(\w+)"', lowered.as_text()))
+    assert not [t for pair in targets for t in pair if "callback" in t]
+
+
+def test_times_and_tolerances_are_checked():
+    for options, message in [
+        ({"saveat": jnp.array([0.0, 0.5, 1.5])}, "saveat"),
+        ({"saveat": jnp.array([0.5, 0.2])}, "saveat"),
+        ({"dt0": -1e-3}, "dt0"),
+        ({"rtol": 0.0}, "rtol"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            loopdyn.simulate(PENDULUM, jnp.zeros(1), jnp.zeros(1), 1.0, **options)
