@@ -447,9 +447,13 @@ def simulate(
     tolerances = tuple(jnp.asarray(x, dtype) for x in (rtol, atol, dt0))
     with _runtime_checks_as_nan():
         result, start = _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options)
-    if _concrete(start):
-        if not bool(start.assembled):
-            kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
+    if not _concrete(start):
+        if assemble:  # raises at run time, as kinematics.assemble does under jit
+            message = "simulate: assemble=True did not close the loops"
+            result = eqx.error_if(result, ~start.assembled, message)
+    elif not bool(start.assembled):
+        kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
+    else:
         _check_closed(mech, start, closure_tol)
     if throw:
         if not _concrete(result.stats.result):
