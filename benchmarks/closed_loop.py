@@ -378,10 +378,10 @@ def bench_simulation(batch, repeats, t1=5.0, tol=1e-6):
     options = simulation._Options(
         "sslm", "baumgarte", (10.0, 10.0), (), diffrax.Tsit5(), 16_384, adjoint, False, 201
     )
-    tolerances = tuple(jnp.asarray(x) for x in (tol, tol, 1e-5 * t1))
+    tolerances = tuple(jnp.asarray(x, zeros.dtype) for x in (tol, tol, 1e-5 * t1))
     tau = jnp.zeros((1, mech.num_bodies))
     core = lambda: simulation._integrate(
-        mech, mech.q0, zeros, jnp.asarray(t1), None, tau, tolerances, options
+        mech, mech.q0, zeros, jnp.asarray(t1, zeros.dtype), None, tau, tolerances, options
     )[0]
     result["single"]["jit_first_call_s"], _ = first_call(core)  # > 1 s: it recompiled
     result["single"]["jit_s"] = median_time(lambda: jax.block_until_ready(core()), 3, repeats)
