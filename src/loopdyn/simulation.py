@@ -268,12 +268,12 @@ def _runtime_checks_as_nan():
 @eqx.filter_jit
 def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
     """The whole simulation as one program: assembly (if asked), the solve, and the saved-state
-    measurements in one batched pass. ``t1``, ``ts`` (``None``: ``options.saves`` evenly
+    measurements in one pass over the states. ``t1``, ``ts`` (``None``: ``options.saves`` evenly
     spaced), ``tau`` samples and ``tolerances = (rtol, atol, dt0)`` are traced."""
     rtol, atol, dt0 = tolerances
     assembled = jnp.asarray(True)
     if options.assemble and mech.cut_joints:
-        q0, residual, assembled = kinematics.try_assemble(mech, q0, fixed=options.independent)
+        q0, _, assembled = kinematics.try_assemble(mech, q0, fixed=options.independent)
         qd0 = kinematics.project_velocity(mech, q0, qd0, fixed=options.independent)
     if ts is None:
         ts = jnp.linspace(0.0, t1, options.saves)
@@ -369,7 +369,7 @@ def simulate(
 ) -> Simulation:
     """Simulate ``mech`` from ``(q0, qd0)`` over ``[0, t1]``: the whole trajectory is one jitted
     program (differentiable; ``vmap``-able) that evaluates the dynamics in one place, the solver's
-    step; the saved states' ``lam``, residuals and energy come from one batched pass after it.
+    step; the saved states' ``lam``, residuals and energy come from one pass over them after it.
 
     ``tau``: joint forces, ``None`` (zero), constant ``(n,)``, samples ``(K, n)`` evenly spaced over
     ``[0, t1]`` (linear interpolation) or a function ``tau(t, q, qd)``. ``method``: see
