@@ -12,21 +12,79 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pinocchio_problem(mech):
+def pinocchio_problem(mech, aligned=False):
     """``(pin, model, constraints)``: the construction of tests/test_forward.py (the tree by the
-    converter of tests/random_trees.py, one ``CONTACT_3D`` constraint per cut joint)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_forward import pinocchio_problem
+    converter of tests/random_trees.py, one ``CONTACT_3D`` constraint per cut joint, every joint
+    ``RevoluteUnaligned`` / ``PrismaticUnaligned``). ``aligned``: the same model with a joint
+    along a coordinate axis as Pinocchio's own ``RX``/``RY``/``RZ``/``PX``/``PY``/``PZ`` (its
+    fastest joints; a planar mechanism's hinges are all ``RZ``), the others unaligned."""
+    if not aligned:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from test_forward import pinocchio_problem
 
-    return pinocchio_problem(mech)
+        return pinocchio_problem(mech)
+    import pinocchio as pin
+
+    aligned_joints = {
+        ("revolute", 0): pin.JointModelRX,
+        ("revolute", 1): pin.JointModelRY,
+        ("revolute", 2): pin.JointModelRZ,
+        ("prismatic", 0): pin.JointModelPX,
+        ("prismatic", 1): pin.JointModelPY,
+        ("prismatic", 2): pin.JointModelPZ,
+    }
+    model = pin.Model()
+    model.gravity.linear = np.asarray(mech.gravity, dtype=float).copy()
+    # Pinocchio's body frame is the joint frame; loopdyn's body frame sits in it
+    body_in_joint = {-1: pin.SE3.Identity()}
+    for i in range(mech.num_bodies):
+        axis = np.asarray(mech.axis[i], dtype=float)
+        body_in_joint[i] = pin.SE3(
+            np.asarray(mech.child_rotation[i]), np.asarray(mech.child_position[i])
+        ).inverse()
+        unit = np.flatnonzero(np.abs(axis) == 1.0)
+        kind = mech.joint_kinds[i]
+        if unit.size == 1 and axis[unit[0]] == 1.0 and np.count_nonzero(axis) == 1:
+            joint = aligned_joints[kind, int(unit[0])]()
+        elif kind == "revolute":
+            joint = pin.JointModelRevoluteUnaligned(axis)
+        else:
+            joint = pin.JointModelPrismaticUnaligned(axis)
+        placement = body_in_joint[mech.parent[i]] * pin.SE3(
+            np.asarray(mech.parent_rotation[i]), np.asarray(mech.parent_position[i])
+        )
+        jid = model.addJoint(mech.parent[i] + 1, joint, placement, f"j{i}")
+        inertia = pin.Inertia(
+            float(mech.mass[i]), np.asarray(mech.com[i]), np.asarray(mech.inertia[i])
+        )
+        model.appendBodyToJoint(jid, inertia, body_in_joint[i])
+    constraints = []
+    for k, cut in enumerate(mech.cut_joints):
+        if cut.kind not in ("revolute", "spherical"):
+            raise ValueError(f"cut joint {cut.name!r}: {cut.kind} is not a point constraint")
+        frames = []
+        for body, rotation, position in (
+            (cut.body_a, mech.cut_rotation_a[k], mech.cut_position_a[k]),
+            (cut.body_b, mech.cut_rotation_b[k], mech.cut_position_b[k]),
+        ):
+            in_body = pin.SE3(np.asarray(rotation), np.asarray(position))
+            frames += [body + 1, body_in_joint[body] * in_body]
+        constraints.append(
+            pin.RigidConstraintModel(
+                pin.ContactType.CONTACT_3D, model, *frames, pin.ReferenceFrame.LOCAL
+            )
+        )
+    return pin, model, pin.StdVec_RigidConstraintModel(constraints)
 
 
 class PinocchioSolver:
     """One Pinocchio model/data pair and a call ``(q, qd, tau) -> qdd`` by ``constraintDynamics``
-    or ``lcaba`` (loop-constrained ABA), both proximal with the same settings."""
+    or ``lcaba`` (loop-constrained ABA), both proximal with the same settings; ``aligned``: see
+    `pinocchio_problem`. ``mech`` may also be a ready ``(pin, model, constraints)``."""
 
-    def __init__(self, mech, algorithm, accuracy=1e-12, mu=1e-10, max_iter=100):
-        pin, model, constraints = pinocchio_problem(mech)
+    def __init__(self, mech, algorithm, accuracy=1e-12, mu=1e-10, max_iter=100, aligned=False):
+        problem = mech if isinstance(mech, tuple) else pinocchio_problem(mech, aligned)
+        pin, model, constraints = problem
         self.pin, self.model, self.constraints = pin, model, constraints
         self.data = model.createData()
         self.datas = pin.StdVec_RigidConstraintData([c.createData() for c in constraints])
@@ -48,6 +106,32 @@ class PinocchioSolver:
     @property
     def iterations(self):
         return int(self.settings.iter)
+
+
+def random_states(mech, batch, seed):
+    """``batch`` assembled states near ``q0`` (the independent coordinates held, the others closed
+    by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`, random torques;
+    and how many of the guesses closed (the others are replaced by ones that did). The states
+    every peer of `closed_loop.py` is timed on."""
+    import jax
+    import jax.numpy as jnp
+
+    from loopdyn import forward, kinematics
+
+    rng = np.random.default_rng(seed)
+    n, fixed = mech.num_bodies, forward.independent_coordinates(mech)
+    guess = mech.q0 + 0.1 * rng.normal(size=(batch, n))
+    assembled = jax.jit(jax.vmap(lambda q: kinematics.try_assemble(mech, q, fixed=fixed)))(guess)
+    ok = np.asarray(assembled.converged)
+    if not ok.all():  # replace the few that did not close by ones that did
+        good = np.flatnonzero(ok)
+        assembled = assembled._replace(q=assembled.q[good[np.arange(batch) % good.size]])
+    q = assembled.q
+    qd = jax.jit(jax.vmap(lambda q, v: kinematics.project_velocity(mech, q, v)))(
+        q, jnp.asarray(rng.normal(size=(batch, n)))
+    )
+    tau = jnp.asarray(rng.normal(size=(batch, n)))
+    return q, qd, tau, int(ok.sum())
 
 
 def _pose_xml(rotation, position):
@@ -165,7 +249,7 @@ def pinocchio_worker(args, queue):
     jax.config.update("jax_enable_x64", True)
     from loopdyn import mechanisms
 
-    solver = PinocchioSolver(getattr(mechanisms, name)(), algorithm)
+    solver = PinocchioSolver(getattr(mechanisms, name)(), algorithm, aligned=True)
     q, qd, tau = (np.ascontiguousarray(x) for x in states)
     for k in range(min(8, len(q))):  # warm up
         solver(q[k], qd[k], tau[k])

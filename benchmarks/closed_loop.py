@@ -76,23 +76,7 @@ def make_mech(name):
     )
 
 
-def random_states(mech, batch, seed):
-    """``batch`` assembled states near ``q0`` (the independent coordinates held, the others closed
-    by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`, random torques."""
-    rng = np.random.default_rng(seed)
-    n, fixed = mech.num_bodies, forward.independent_coordinates(mech)
-    guess = mech.q0 + 0.1 * rng.normal(size=(batch, n))
-    assembled = jax.jit(jax.vmap(lambda q: kinematics.try_assemble(mech, q, fixed=fixed)))(guess)
-    ok = np.asarray(assembled.converged)
-    if not ok.all():  # replace the few that did not close by ones that did
-        good = np.flatnonzero(ok)
-        assembled = assembled._replace(q=assembled.q[good[np.arange(batch) % good.size]])
-    q = assembled.q
-    qd = jax.jit(jax.vmap(lambda q, v: kinematics.project_velocity(mech, q, v)))(
-        q, jnp.asarray(rng.normal(size=(batch, n)))
-    )
-    tau = jnp.asarray(rng.normal(size=(batch, n)))
-    return q, qd, tau, int(ok.sum())
+random_states = _peers.random_states
 
 
 def solver_for(mech, method):
