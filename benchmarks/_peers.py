@@ -261,3 +261,106 @@ def pinocchio_worker(args, queue):
             solver(q[k], qd[k], tau[k])
         times.append(time.perf_counter() - start)
     queue.put(times)
+
+
+# --------------------------------------------------------- the ladder drawn the usual MJCF way
+
+
+def ladder_chain_mjcf(
+    k,
+    *,
+    crank=0.038,
+    coupler=0.1152,
+    rocker=0.1152,
+    ground=0.089,
+    spacing=0.1,
+    masses=(1.5, 2.5, 3.0),
+):
+    """MJCF text of the ladder of ``k`` four-bar loops (`mechanisms.ladder`'s dimensions and
+    masses) drawn the way MuJoCo models usually are: in the xz-plane, hinges about y, gravity
+    along -z, one deep chain crank - coupler1 - coupler2 - ... - coupler k (coupler i + 1 hinged
+    to coupler i at the pin where rocker i meets it), each rocker its own tree on the ground,
+    and one body-anchored ``connect`` per loop (coupler i's far end to rocker i). Every loop
+    passes through the chain. Each bar's body frame sits at its first pin with x along the bar;
+    uniform-rod inertias. No geoms: no contacts. All under one fixed ``base`` body: Pinocchio's
+    MJCF parser (4.1) reads only the first body of ``worldbody``."""
+    crank_mass, coupler_mass, rocker_mass = masses
+    pivots = [np.zeros(2)] + [np.array([ground + i * spacing, 0.0]) for i in range(k)]
+    # the first coupler's far pin: distance `coupler` from the crank tip, `rocker` from pivot 1,
+    # on the left of the line crank tip -> pivot 1 (as mechanisms.ladder assembles it)
+    tip0 = np.array([crank, 0.0])
+    d = pivots[1] - tip0
+    length = np.linalg.norm(d)
+    along = (length**2 + coupler**2 - rocker**2) / (2 * length)
+    e = d / length
+    tips = [tip0, tip0 + along * e + np.sqrt(coupler**2 - along**2) * np.array([-e[1], e[0]])]
+    tips += [tips[1] + pivots[i] - pivots[1] for i in range(2, k + 1)]
+
+    def angle(start, end):  # rotation about +y taking x to the bar (x, z) = (u, v): atan2(-v, u)
+        return float(np.arctan2(-(end[1] - start[1]), end[0] - start[0]))
+
+    def bar(name, start, end, mass, relative_angle, position, inner=""):
+        length = float(np.linalg.norm(np.subtract(end, start)))
+        moment = mass * length**2 / 12.0
+        return (
+            f'<body name="{name}" pos="{_vec(position)}" axisangle="0 1 0 {relative_angle!r}">'
+            f'<joint name="{name}_pin" type="hinge" axis="0 1 0"/>'
+            f'<inertial pos="{length / 2!r} 0 0" mass="{mass!r}" '
+            f'diaginertia="{moment / 100!r} {moment!r} {moment!r}"/>{inner}</body>'
+        )
+
+    xz = lambda p: (p[0], 0.0, p[1])
+    # the chain from the far end inwards: coupler i hangs on coupler i - 1 at tips[i - 1]
+    chain = ""
+    for i in range(k, 0, -1):
+        parent_angle = angle(tips[i - 2], tips[i - 1]) if i > 1 else angle(pivots[0], tips[0])
+        parent_length = float(np.linalg.norm(tips[i - 1] - (tips[i - 2] if i > 1 else pivots[0])))
+        chain = bar(
+            f"coupler{i}",
+            tips[i - 1],
+            tips[i],
+            coupler_mass,
+            angle(tips[i - 1], tips[i]) - parent_angle,
+            (parent_length, 0.0, 0.0),
+            chain,
+        )
+    world = bar(
+        "crank", pivots[0], tips[0], crank_mass, angle(pivots[0], tips[0]), (0, 0, 0), chain
+    )
+    for i in range(1, k + 1):
+        world += bar(
+            f"rocker{i}", pivots[i], tips[i], rocker_mass, angle(pivots[i], tips[i]), xz(pivots[i])
+        )
+    connects = "".join(
+        f'<connect name="C{i}" body1="coupler{i}" body2="rocker{i}" '
+        f'anchor="{float(np.linalg.norm(tips[i] - tips[i - 1]))!r} 0 0"/>'
+        for i in range(1, k + 1)
+    )
+    return (
+        f'<mujoco model="ladder_chain_{k}"><compiler angle="radian"/>'
+        '<option gravity="0 0 -9.81"><flag contact="disable"/></option>'
+        f'<worldbody><body name="base">{world}</body></worldbody>'
+        f"<equality>{connects}</equality></mujoco>"
+    )
+
+
+def ladder_chain(k):
+    """``(mechanism, (pin, model, constraints))``: `ladder_chain_mjcf` loaded by
+    `loopdyn.load_mjcf` and by Pinocchio's own MJCF parser (its connects as ``CONTACT_3D``
+    rigid constraints), coordinates in the same order (checked)."""
+    import tempfile
+
+    import pinocchio as pin
+
+    import loopdyn
+
+    text = ladder_chain_mjcf(k)
+    mech = loopdyn.load_mjcf(text)
+    with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
+        f.write(text)
+        f.flush()
+        model, constraints = pin.buildModelAndLegacyConstraintsFromMJCF(f.name)[:2]
+    index = [model.idx_vs[model.getJointId(name)] for name in mech.coordinate_names]
+    if index != list(range(mech.num_bodies)) or model.nq != model.nv:
+        raise ValueError("loopdyn's and Pinocchio's coordinates are not in the same order")
+    return mech, (pin, model, constraints)

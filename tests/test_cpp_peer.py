@@ -64,3 +64,21 @@ def test_dormand_prince_keeps_the_loops_closed(peer_binary):
     np.testing.assert_array_equal(trajectory[0], np.concatenate([mech.q0, np.zeros(3)]))
     assert run["steps"] > 10 and run["evaluations"] >= 6 * run["steps"]
     assert run["max_loop_residual"] < 1e-7
+
+
+def test_mjcf_ladder_chain_agrees(peer_binary):
+    """The benchmark's ladder drawn the usual MJCF way (one deep chain, each rocker its own tree,
+    k connects), loaded by loopdyn and by Pinocchio's own MJCF parser, at k = 4."""
+    import _peers
+    import pinocchio_cpp
+
+    mech, problem = _peers.ladder_chain(4)
+    assert mech.num_bodies == 9 and len(problem[2]) == 4
+    assert mech.parent[:5] == (-1, 0, 1, 2, 3)  # crank, coupler1..4: one deep chain
+    q, qd, tau, _ = (np.asarray(x) for x in _peers.random_states(mech, 16, seed=4))
+    peer = pinocchio_cpp.Peer(problem, peer_binary)
+    try:
+        found = pinocchio_cpp.check(peer, problem, mech, q, qd, tau, tolerance=1e-12)
+    finally:
+        peer.close()
+    assert found["states"] == 16
