@@ -12,21 +12,79 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pinocchio_problem(mech):
+def pinocchio_problem(mech, aligned=False):
     """``(pin, model, constraints)``: the construction of tests/test_forward.py (the tree by the
-    converter of tests/random_trees.py, one ``CONTACT_3D`` constraint per cut joint)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_forward import pinocchio_problem
+    converter of tests/random_trees.py, one ``CONTACT_3D`` constraint per cut joint, every joint
+    ``RevoluteUnaligned`` / ``PrismaticUnaligned``). ``aligned``: the same model with a joint
+    along a coordinate axis as Pinocchio's own ``RX``/``RY``/``RZ``/``PX``/``PY``/``PZ`` (its
+    fastest joints; a planar mechanism's hinges are all ``RZ``), the others unaligned."""
+    if not aligned:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from test_forward import pinocchio_problem
 
-    return pinocchio_problem(mech)
+        return pinocchio_problem(mech)
+    import pinocchio as pin
+
+    aligned_joints = {
+        ("revolute", 0): pin.JointModelRX,
+        ("revolute", 1): pin.JointModelRY,
+        ("revolute", 2): pin.JointModelRZ,
+        ("prismatic", 0): pin.JointModelPX,
+        ("prismatic", 1): pin.JointModelPY,
+        ("prismatic", 2): pin.JointModelPZ,
+    }
+    model = pin.Model()
+    model.gravity.linear = np.asarray(mech.gravity, dtype=float).copy()
+    # Pinocchio's body frame is the joint frame; loopdyn's body frame sits in it
+    body_in_joint = {-1: pin.SE3.Identity()}
+    for i in range(mech.num_bodies):
+        axis = np.asarray(mech.axis[i], dtype=float)
+        body_in_joint[i] = pin.SE3(
+            np.asarray(mech.child_rotation[i]), np.asarray(mech.child_position[i])
+        ).inverse()
+        unit = np.flatnonzero(np.abs(axis) == 1.0)
+        kind = mech.joint_kinds[i]
+        if unit.size == 1 and axis[unit[0]] == 1.0 and np.count_nonzero(axis) == 1:
+            joint = aligned_joints[kind, int(unit[0])]()
+        elif kind == "revolute":
+            joint = pin.JointModelRevoluteUnaligned(axis)
+        else:
+            joint = pin.JointModelPrismaticUnaligned(axis)
+        placement = body_in_joint[mech.parent[i]] * pin.SE3(
+            np.asarray(mech.parent_rotation[i]), np.asarray(mech.parent_position[i])
+        )
+        jid = model.addJoint(mech.parent[i] + 1, joint, placement, f"j{i}")
+        inertia = pin.Inertia(
+            float(mech.mass[i]), np.asarray(mech.com[i]), np.asarray(mech.inertia[i])
+        )
+        model.appendBodyToJoint(jid, inertia, body_in_joint[i])
+    constraints = []
+    for k, cut in enumerate(mech.cut_joints):
+        if cut.kind not in ("revolute", "spherical"):
+            raise ValueError(f"cut joint {cut.name!r}: {cut.kind} is not a point constraint")
+        frames = []
+        for body, rotation, position in (
+            (cut.body_a, mech.cut_rotation_a[k], mech.cut_position_a[k]),
+            (cut.body_b, mech.cut_rotation_b[k], mech.cut_position_b[k]),
+        ):
+            in_body = pin.SE3(np.asarray(rotation), np.asarray(position))
+            frames += [body + 1, body_in_joint[body] * in_body]
+        constraints.append(
+            pin.RigidConstraintModel(
+                pin.ContactType.CONTACT_3D, model, *frames, pin.ReferenceFrame.LOCAL
+            )
+        )
+    return pin, model, pin.StdVec_RigidConstraintModel(constraints)
 
 
 class PinocchioSolver:
     """One Pinocchio model/data pair and a call ``(q, qd, tau) -> qdd`` by ``constraintDynamics``
-    or ``lcaba`` (loop-constrained ABA), both proximal with the same settings."""
+    or ``lcaba`` (loop-constrained ABA), both proximal with the same settings; ``aligned``: see
+    `pinocchio_problem`. ``mech`` may also be a ready ``(pin, model, constraints)``."""
 
-    def __init__(self, mech, algorithm, accuracy=1e-12, mu=1e-10, max_iter=100):
-        pin, model, constraints = pinocchio_problem(mech)
+    def __init__(self, mech, algorithm, accuracy=1e-12, mu=1e-10, max_iter=100, aligned=False):
+        problem = mech if isinstance(mech, tuple) else pinocchio_problem(mech, aligned)
+        pin, model, constraints = problem
         self.pin, self.model, self.constraints = pin, model, constraints
         self.data = model.createData()
         self.datas = pin.StdVec_RigidConstraintData([c.createData() for c in constraints])
@@ -48,6 +106,32 @@ class PinocchioSolver:
     @property
     def iterations(self):
         return int(self.settings.iter)
+
+
+def random_states(mech, batch, seed):
+    """``batch`` assembled states near ``q0`` (the independent coordinates held, the others closed
+    by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`, random torques;
+    and how many of the guesses closed (the others are replaced by ones that did). The states
+    every peer of `closed_loop.py` is timed on."""
+    import jax
+    import jax.numpy as jnp
+
+    from loopdyn import forward, kinematics
+
+    rng = np.random.default_rng(seed)
+    n, fixed = mech.num_bodies, forward.independent_coordinates(mech)
+    guess = mech.q0 + 0.1 * rng.normal(size=(batch, n))
+    assembled = jax.jit(jax.vmap(lambda q: kinematics.try_assemble(mech, q, fixed=fixed)))(guess)
+    ok = np.asarray(assembled.converged)
+    if not ok.all():  # replace the few that did not close by ones that did
+        good = np.flatnonzero(ok)
+        assembled = assembled._replace(q=assembled.q[good[np.arange(batch) % good.size]])
+    q = assembled.q
+    qd = jax.jit(jax.vmap(lambda q, v: kinematics.project_velocity(mech, q, v)))(
+        q, jnp.asarray(rng.normal(size=(batch, n)))
+    )
+    tau = jnp.asarray(rng.normal(size=(batch, n)))
+    return q, qd, tau, int(ok.sum())
 
 
 def _pose_xml(rotation, position):
@@ -165,7 +249,7 @@ def pinocchio_worker(args, queue):
     jax.config.update("jax_enable_x64", True)
     from loopdyn import mechanisms
 
-    solver = PinocchioSolver(getattr(mechanisms, name)(), algorithm)
+    solver = PinocchioSolver(getattr(mechanisms, name)(), algorithm, aligned=True)
     q, qd, tau = (np.ascontiguousarray(x) for x in states)
     for k in range(min(8, len(q))):  # warm up
         solver(q[k], qd[k], tau[k])
@@ -177,3 +261,106 @@ def pinocchio_worker(args, queue):
             solver(q[k], qd[k], tau[k])
         times.append(time.perf_counter() - start)
     queue.put(times)
+
+
+# --------------------------------------------------------- the ladder drawn the usual MJCF way
+
+
+def ladder_chain_mjcf(
+    k,
+    *,
+    crank=0.038,
+    coupler=0.1152,
+    rocker=0.1152,
+    ground=0.089,
+    spacing=0.1,
+    masses=(1.5, 2.5, 3.0),
+):
+    """MJCF text of the ladder of ``k`` four-bar loops (`mechanisms.ladder`'s dimensions and
+    masses) drawn the way MuJoCo models usually are: in the xz-plane, hinges about y, gravity
+    along -z, one deep chain crank - coupler1 - coupler2 - ... - coupler k (coupler i + 1 hinged
+    to coupler i at the pin where rocker i meets it), each rocker its own tree on the ground,
+    and one body-anchored ``connect`` per loop (coupler i's far end to rocker i). Every loop
+    passes through the chain. Each bar's body frame sits at its first pin with x along the bar;
+    uniform-rod inertias. No geoms: no contacts. All under one fixed ``base`` body: Pinocchio's
+    MJCF parser (4.1) reads only the first body of ``worldbody``."""
+    crank_mass, coupler_mass, rocker_mass = masses
+    pivots = [np.zeros(2)] + [np.array([ground + i * spacing, 0.0]) for i in range(k)]
+    # the first coupler's far pin: distance `coupler` from the crank tip, `rocker` from pivot 1,
+    # on the left of the line crank tip -> pivot 1 (as mechanisms.ladder assembles it)
+    tip0 = np.array([crank, 0.0])
+    d = pivots[1] - tip0
+    length = np.linalg.norm(d)
+    along = (length**2 + coupler**2 - rocker**2) / (2 * length)
+    e = d / length
+    tips = [tip0, tip0 + along * e + np.sqrt(coupler**2 - along**2) * np.array([-e[1], e[0]])]
+    tips += [tips[1] + pivots[i] - pivots[1] for i in range(2, k + 1)]
+
+    def angle(start, end):  # rotation about +y taking x to the bar (x, z) = (u, v): atan2(-v, u)
+        return float(np.arctan2(-(end[1] - start[1]), end[0] - start[0]))
+
+    def bar(name, start, end, mass, relative_angle, position, inner=""):
+        length = float(np.linalg.norm(np.subtract(end, start)))
+        moment = mass * length**2 / 12.0
+        return (
+            f'<body name="{name}" pos="{_vec(position)}" axisangle="0 1 0 {relative_angle!r}">'
+            f'<joint name="{name}_pin" type="hinge" axis="0 1 0"/>'
+            f'<inertial pos="{length / 2!r} 0 0" mass="{mass!r}" '
+            f'diaginertia="{moment / 100!r} {moment!r} {moment!r}"/>{inner}</body>'
+        )
+
+    xz = lambda p: (p[0], 0.0, p[1])
+    # the chain from the far end inwards: coupler i hangs on coupler i - 1 at tips[i - 1]
+    chain = ""
+    for i in range(k, 0, -1):
+        parent_angle = angle(tips[i - 2], tips[i - 1]) if i > 1 else angle(pivots[0], tips[0])
+        parent_length = float(np.linalg.norm(tips[i - 1] - (tips[i - 2] if i > 1 else pivots[0])))
+        chain = bar(
+            f"coupler{i}",
+            tips[i - 1],
+            tips[i],
+            coupler_mass,
+            angle(tips[i - 1], tips[i]) - parent_angle,
+            (parent_length, 0.0, 0.0),
+            chain,
+        )
+    world = bar(
+        "crank", pivots[0], tips[0], crank_mass, angle(pivots[0], tips[0]), (0, 0, 0), chain
+    )
+    for i in range(1, k + 1):
+        world += bar(
+            f"rocker{i}", pivots[i], tips[i], rocker_mass, angle(pivots[i], tips[i]), xz(pivots[i])
+        )
+    connects = "".join(
+        f'<connect name="C{i}" body1="coupler{i}" body2="rocker{i}" '
+        f'anchor="{float(np.linalg.norm(tips[i] - tips[i - 1]))!r} 0 0"/>'
+        for i in range(1, k + 1)
+    )
+    return (
+        f'<mujoco model="ladder_chain_{k}"><compiler angle="radian"/>'
+        '<option gravity="0 0 -9.81"><flag contact="disable"/></option>'
+        f'<worldbody><body name="base">{world}</body></worldbody>'
+        f"<equality>{connects}</equality></mujoco>"
+    )
+
+
+def ladder_chain(k):
+    """``(mechanism, (pin, model, constraints))``: `ladder_chain_mjcf` loaded by
+    `loopdyn.load_mjcf` and by Pinocchio's own MJCF parser (its connects as ``CONTACT_3D``
+    rigid constraints), coordinates in the same order (checked)."""
+    import tempfile
+
+    import pinocchio as pin
+
+    import loopdyn
+
+    text = ladder_chain_mjcf(k)
+    mech = loopdyn.load_mjcf(text)
+    with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
+        f.write(text)
+        f.flush()
+        model, constraints = pin.buildModelAndLegacyConstraintsFromMJCF(f.name)[:2]
+    index = [model.idx_vs[model.getJointId(name)] for name in mech.coordinate_names]
+    if index != list(range(mech.num_bodies)) or model.nq != model.nv:
+        raise ValueError("loopdyn's and Pinocchio's coordinates are not in the same order")
+    return mech, (pin, model, constraints)

@@ -1,9 +1,15 @@
 """Closed-loop dynamics against Pinocchio and MuJoCo, all in one run: per-state forward dynamics
 of the four-bar and the 3-RRR (four methods, one jitted call and jit of vmap over B states),
 the ladder of k four-bar loops (cost growth of system / SLM / SSLM), and whole 5 s 3-RRR
-simulations (single and batched), float64, compile time apart.
+simulations (single and batched), float64, compile time apart. Pinocchio's `constraintDynamics`
+runs from Python and compiled (benchmarks/pinocchio_cpp.py builds benchmarks/cpp/ with g++ at the
+start, into the ignored benchmarks/build/; its accelerations are checked against loopdyn's), the
+3-RRR simulation beside Pinocchio + Boost.Odeint's Dormand-Prince, and the ladder in two layouts
+(`mechanisms.ladder` and the usual MJCF drawing, `_peers.ladder_chain_mjcf`), its batched runs in
+subprocesses with a time limit.
 
-    .venv/bin/python benchmarks/closed_loop.py [--quick] [--out PATH]
+    .venv/bin/python benchmarks/closed_loop.py [--quick] [--out PATH] [--k-max K]
+        [--ladder-batch B] [--ladder-timeout S] [--ladder-all-methods]
 
 Per core: this process pins itself to one CPU before JAX starts (one XLA device, one Pinocchio
 thread, one MuJoCo thread). Per machine: a subprocess shards the batch over one XLA host device
@@ -28,6 +34,7 @@ import json
 import multiprocessing
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,9 +49,12 @@ from loopdyn import forward, kinematics, mechanisms, simulation, tree
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import _peers
+import pinocchio_cpp
 from tree_dynamics import first_call, median_time, write_atomic
 from tree_dynamics import machine as tree_machine
 
+# the compiled peer's program and its compile time (built at start, compile time reported apart)
+PEER = [None, None]
 METHODS = forward.METHODS  # system, slm, sslm, embedding
 LADDER_METHODS = ("system", "slm", "sslm")
 MECHANISMS = ("four_bar", "three_rrr")
@@ -76,23 +86,7 @@ def make_mech(name):
     )
 
 
-def random_states(mech, batch, seed):
-    """``batch`` assembled states near ``q0`` (the independent coordinates held, the others closed
-    by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`, random torques."""
-    rng = np.random.default_rng(seed)
-    n, fixed = mech.num_bodies, forward.independent_coordinates(mech)
-    guess = mech.q0 + 0.1 * rng.normal(size=(batch, n))
-    assembled = jax.jit(jax.vmap(lambda q: kinematics.try_assemble(mech, q, fixed=fixed)))(guess)
-    ok = np.asarray(assembled.converged)
-    if not ok.all():  # replace the few that did not close by ones that did
-        good = np.flatnonzero(ok)
-        assembled = assembled._replace(q=assembled.q[good[np.arange(batch) % good.size]])
-    q = assembled.q
-    qd = jax.jit(jax.vmap(lambda q, v: kinematics.project_velocity(mech, q, v)))(
-        q, jnp.asarray(rng.normal(size=(batch, n)))
-    )
-    tau = jnp.asarray(rng.normal(size=(batch, n)))
-    return q, qd, tau, int(ok.sum())
+random_states = _peers.random_states
 
 
 def solver_for(mech, method):
@@ -144,8 +138,9 @@ def bench_mechanism(name, batch, repeats):
         )
     states = [np.asarray(x) for x in (q, qd, tau)]
     checked = min(batch, 512)
+    problem = _peers.pinocchio_problem(mech, aligned=True)
     for algorithm in PIN_ALGORITHMS:
-        solver = _peers.PinocchioSolver(mech, algorithm)
+        solver = _peers.PinocchioSolver(problem, algorithm)
         theirs = np.array([solver(*(x[k] for x in states)) for k in range(checked)])
         calls = min(batch, 1000)
         result[f"pin_{algorithm}"] = {
@@ -158,17 +153,31 @@ def bench_mechanism(name, batch, repeats):
             "vs_system": relative(theirs, reference[:checked]),
             "iterations": solver.iterations,
         }
+    result["cpp_constraintDynamics"] = cpp_column(problem, mech, states, reference, repeats)[0]
+    calls = min(batch, 2000)
     for label, options in MUJOCO_OPTIONS.items():
         solver = _peers.MujocoSolver(mech, **options)
         theirs = np.array([solver(*(x[k] for x in states)) for k in range(checked)])
-        solver.set_state(*(x[0] for x in states))
+
+        def set_states(forward):
+            for k in range(calls):
+                solver.set_state(states[0][k], states[1][k], states[2][k])
+                if forward:
+                    solver.forward()
+
+        # mj_forward on the varied states, less the Python cost of setting each state
+        set_s = median_time(lambda: set_states(False), 1, repeats) / calls
         result[f"mujoco_{label}"] = {
-            "per_call_s": median_time(solver.forward, 2000, repeats),
+            "per_call_s": median_time(lambda: set_states(True), 1, repeats) / calls - set_s,
+            "set_state_s": set_s,
             "vs_system": relative(theirs, reference[:checked]),
             "options": options,
         }
+    cpp = result["cpp_constraintDynamics"]
     print(
-        f"{name} pin constraintDynamics {result['pin_constraintDynamics']['per_call_s'] * 1e6:.2f}"
+        f"{name} C++ constraintDynamics {cpp['per_state_s'] * 1e6:.2f} µs/state (rel. diff "
+        f"{cpp['vs_system']:.1e}, vs Python {cpp['vs_python']:.1e}); "
+        f"pin constraintDynamics {result['pin_constraintDynamics']['per_call_s'] * 1e6:.2f}"
         f" µs, lcaba {result['pin_lcaba']['per_call_s'] * 1e6:.2f} µs (rel. diff "
         f"{result['pin_constraintDynamics']['vs_system']:.1e}, "
         f"{result['pin_lcaba']['vs_system']:.1e}); mj_forward "
@@ -180,6 +189,32 @@ def bench_mechanism(name, batch, repeats):
     result["pieces"] = profile_pieces(mech, q, qd, tau, repeats)
     result["pieces"]["sslm"] = {k: result["sslm"][k] for k in ("batched_per_state_s", "hlo_ops")}
     return result
+
+
+def cpp_column(problem, mech, states, reference, repeats, threads=1, cpus=None):
+    """The compiled Pinocchio peer (benchmarks/pinocchio_cpp.py) over all the states, per core
+    (this process's core) unless ``threads``/``cpus`` say otherwise: median µs per state, its
+    agreement with loopdyn's ``reference`` accelerations (asserted ≤ 1e-10 relative) and with
+    the Python binding's at the first states."""
+    peer = pinocchio_cpp.Peer(problem, PEER[0])
+    try:
+        result, qdd = peer.constraint_dynamics(
+            *states, repeats, threads, cpus or sorted(os.sched_getaffinity(0))
+        )
+    finally:
+        peer.close()
+    checked = min(len(states[0]), 64)
+    python = pinocchio_cpp.python_qdd(problem, *(x[:checked] for x in states))
+    out = {
+        "per_state_s": result["per_state_s"],
+        "threads": result["threads"],
+        "max_iterations": result["max_iterations"],
+        "vs_python": relative(qdd[:checked], python),
+    }
+    if reference is not None:
+        out["vs_system"] = relative(qdd[: len(reference)], reference)
+    assert max(out.get("vs_system", 0.0), out["vs_python"]) < 1e-10, out
+    return out, qdd
 
 
 def profile_pieces(mech, q, qd, tau, repeats):
@@ -302,52 +337,150 @@ def per_machine(batch, repeats, timeout=420):
             result.setdefault(name, {})[f"pin_{algorithm}"] = {
                 "per_state_s": statistics.median(slowest) / batch
             }
+        # the compiled peer: one process, one OpenMP thread pinned to each core
+        result[name]["cpp_constraintDynamics"] = cpp_column(
+            _peers.pinocchio_problem(mech, aligned=True), mech, states, None, repeats, cores, _CPUS
+        )[0]
     return result
 
 
 # ---------------------------------------------------------------------------------- 2. ladder
 
 
-def bench_ladder(k, methods, repeats):
+LAYOUTS = {
+    "ladder": "`mechanisms.ladder(k)` (each loop's subsystems small)",
+    "chain": "the ladder drawn the usual MJCF way (`_peers.ladder_chain_mjcf`: one deep chain "
+    "crank - coupler1 - ... - coupler k, each rocker its own tree, k `connect`s; loaded by "
+    "`loopdyn.load_mjcf` and by Pinocchio's MJCF parser)",
+}
+
+
+def ladder_problem(layout, k):
+    """``(mechanism, Pinocchio problem)`` of the ladder of ``k`` loops in ``layout``."""
+    if layout == "chain":
+        return _peers.ladder_chain(k)
     mech = mechanisms.ladder(k)
-    q, qd, tau, _ = random_states(mech, 8, seed=k)
-    one = (q[0], qd[0], tau[0])
-    row = {"k": k, "n": mech.num_bodies, "m": mech.topology.num_rows}
-    reference = None
-    for method in methods:
-        solve = solver_for(mech, method)
-        single = eqx.filter_jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
-        compile_s, out = first_call(single, mech, *one)
-        reference = np.asarray(out) if reference is None else reference
-        row[method] = {
-            "compile_s": compile_s,
-            "single_s": median_time(lambda: single(mech, *one).block_until_ready(), 20, repeats),
-            "hlo_ops": hlo_ops(lambda q, qd, tau: solve(mech, q, qd, tau).qdd, *one),
-            "vs_first": relative(out, reference),
-        }
-    states = [np.asarray(x[0]) for x in (q, qd, tau)]
+    return mech, _peers.pinocchio_problem(mech, aligned=True)
+
+
+def ladder_worker(layout, k, method, path, repeats):
+    """In a subprocess (a hang or an abort must not take the benchmark with it): ``jit(vmap)``
+    of ``method`` over the states in ``path`` (.npz); prints one JSON line, saves q̈ beside."""
+    mech, _ = ladder_problem(layout, k)
+    states = np.load(path)
+    q, qd, tau = (jnp.asarray(states[x]) for x in ("q", "qd", "tau"))
+    solve = solver_for(mech, method)
+    batched = eqx.filter_jit(
+        lambda mech, q, qd, tau: jax.vmap(lambda *x: solve(mech, *x).qdd)(q, qd, tau)
+    )
+    compile_s, out = first_call(batched, mech, q, qd, tau)
+    np.save(path.with_suffix(f".{method}.npy"), np.asarray(out))
+    per_state = median_time(lambda: batched(mech, q, qd, tau).block_until_ready(), 1, repeats)
+    print(json.dumps({"compile_s": compile_s, "per_state_s": per_state / q.shape[0]}))
+
+
+def ladder_batched(layout, k, method, path, repeats, timeout):
+    """`ladder_worker` in a subprocess (this process's core) with a time limit."""
+    command = [sys.executable, __file__, "--ladder-worker", layout, str(k), method, str(path)]
+    command += ["--repeats", str(repeats)]
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout} s (stopped)"}
+    if done.returncode:
+        return {"error": f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
+    """One ladder row: loopdyn's single jitted call and ``jit(vmap)`` over ``batch`` states
+    (subprocess, ``timeout``) per method, Pinocchio per call from Python and the compiled peer
+    over the same states. ``given_up``: methods whose batched run failed at a smaller k (not
+    tried again at larger k)."""
+    mech, problem = ladder_problem(layout, k)
+    q, qd, tau, _ = random_states(mech, batch, seed=k)
+    states = [np.asarray(x) for x in (q, qd, tau)]
+    one = tuple(x[0] for x in states)
+    row = {"layout": layout, "k": k, "n": mech.num_bodies, "m": mech.topology.num_rows}
+    row["batch"] = batch
+    # the compiled peer first: its accelerations are what every other column is checked against
+    row["cpp_constraintDynamics"], theirs = cpp_column(problem, mech, states, None, repeats)
+    with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks" / "build") as folder:
+        path = Path(folder) / "states.npz"
+        np.savez(path, q=states[0], qd=states[1], tau=states[2])
+        for method in methods:
+            solve = solver_for(mech, method)
+            single = eqx.filter_jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
+            compile_s, out = first_call(single, mech, *one)
+            row[method] = {
+                "compile_s": compile_s,
+                "single_s": median_time(
+                    lambda: single(mech, *one).block_until_ready(), 20, repeats
+                ),
+                "hlo_ops": hlo_ops(lambda q, qd, tau: solve(mech, q, qd, tau).qdd, *one),
+                "vs_cpp": relative(out, theirs[0]),
+            }
+            if method in given_up:
+                row[method]["batched"] = {"error": f"not tried: {given_up[method]}"}
+                continue
+            batched = ladder_batched(layout, k, method, path, repeats, timeout)
+            if "error" in batched:
+                given_up[method] = f"failed at k = {k}"
+            else:
+                qdd = np.load(path.with_suffix(f".{method}.npy"))
+                batched["vs_cpp"] = relative(qdd, theirs)
+            row[method]["batched"] = batched
     for algorithm in PIN_ALGORITHMS:
-        solver = _peers.PinocchioSolver(mech, algorithm)
-        theirs = solver(*states)
+        solver = _peers.PinocchioSolver(problem, algorithm)
         row[f"pin_{algorithm}"] = {
-            "per_call_s": median_time(lambda: solver(*states), 500, repeats),
-            "vs_first": relative(theirs, reference),
+            "per_call_s": median_time(lambda: solver(*one), 500, repeats),
+            "vs_cpp": relative(solver(*one), theirs[0]),
         }
+
+    def batched_text(m):
+        b = row[m]["batched"]
+        return f"{b['per_state_s'] * 1e6:.2f} µs/state" if "per_state_s" in b else "failed"
+
     text = "  ".join(
-        f"{m} {row[m]['single_s'] * 1e6:.1f} µs (compile {row[m]['compile_s']:.1f} s)"
+        f"{m} {row[m]['single_s'] * 1e6:.1f} µs, {batched_text(m)} (compile "
+        f"{row[m]['compile_s']:.1f} s)"
         for m in methods
     )
     print(
-        f"ladder k={k:2d}: {text}  pin {row['pin_constraintDynamics']['per_call_s'] * 1e6:.2f} / "
-        f"lcaba {row['pin_lcaba']['per_call_s'] * 1e6:.2f} µs",
+        f"{layout} k={k:2d}: {text}  C++ cD "
+        f"{row['cpp_constraintDynamics']['per_state_s'] * 1e6:.2f} µs/state, pin "
+        f"{row['pin_constraintDynamics']['per_call_s'] * 1e6:.2f} / lcaba "
+        f"{row['pin_lcaba']['per_call_s'] * 1e6:.2f} µs",
         flush=True,
     )
     return row
 
 
+def ladder_exponents(rows, k_min):
+    """Growth exponents of one layout's rows: each method's single call and batched per state,
+    the compiled peer per state and Pinocchio per call from Python."""
+    out = {}
+    for m in LADDER_METHODS:
+        out[m] = growth_exponent(rows, m, k_min)
+        out[f"{m}_batched"] = growth_exponent(rows, m, k_min, ("batched", "per_state_s"))
+    out["cpp_constraintDynamics"] = growth_exponent(
+        rows, "cpp_constraintDynamics", k_min, "per_state_s"
+    )
+    for a in PIN_ALGORITHMS:
+        out[f"pin_{a}"] = growth_exponent(rows, f"pin_{a}", k_min, "per_call_s")
+    return out
+
+
 def growth_exponent(rows, key, k_min, field="single_s"):
-    """Least-squares slope of log(``field``) against log(k) over the rows with k >= ``k_min``."""
-    points = [(r["k"], r[key][field]) for r in rows if key in r and r["k"] >= k_min]
+    """Least-squares slope of log(``field``) against log(k) over the rows with k >= ``k_min``
+    (``field``: a key of ``row[key]`` or a path of keys into it)."""
+    points = []
+    for r in rows:
+        x = r.get(key)
+        for f in (field,) if isinstance(field, str) else field:  # a path into nested results
+            x = x.get(f) if isinstance(x, dict) else None
+        if x is not None and r["k"] >= k_min:
+            points.append((r["k"], x))
     if len(points) < 2:
         return None
     k, t = np.log(np.array(points)).T
@@ -400,6 +533,14 @@ def bench_simulation(batch, repeats, t1=5.0, tol=1e-6):
         "succeeded": int(np.sum(np.asarray(sims.stats.result) == 0)),
     }
     result["batched"]["per_run_s"] = result["batched"]["total_s"] / batch
+    # Pinocchio's constraintDynamics in C++ with Boost.Odeint's Dormand-Prince, same gains, at a
+    # sweep of tolerances, all against a tight C++ reference (pinocchio_cpp.trajectories)
+    peer = pinocchio_cpp.Peer(_peers.pinocchio_problem(mech, aligned=True), PEER[0])
+    try:
+        result["cpp"] = pinocchio_cpp.trajectories(peer, mech, t1, tol, repeats=repeats, ours=sim)
+    finally:
+        peer.close()
+    result["single"]["max_velocity_residual"] = float(jnp.max(sim.loop_residual[:, 1]))
     s, b = result["single"], result["batched"]
     print(
         f"simulation: first call {s['first_call_s']:.1f} s, simulate {s['simulate_s'] * 1e3:.1f} "
@@ -504,6 +645,84 @@ def targets(raw):
     return out
 
 
+def peer_targets(raw):
+    """Issue 23's targets against the compiled peer (Pinocchio's C++ `constraintDynamics`)."""
+    out = []
+    for r in raw["forward"]:
+        cpp, ours = r["cpp_constraintDynamics"]["per_state_s"], r["sslm"]["batched_per_state_s"]
+        out.append(
+            {
+                "target": f"{r['mechanism']}: batched per-state SSLM (one core) ≥ 3× Pinocchio's "
+                "C++ loop",
+                "value": cpp / ours,
+                "goal": 3.0,
+                "met": cpp / ours >= 3.0,
+                "margin": f"C++ / SSLM = {cpp / ours:.2f}",
+            }
+        )
+    pm = raw.get("per_machine")
+    for name in MECHANISMS if pm else ():
+        sharded = per_machine_times(pm, name)[1]
+        cpp = pm[name]["cpp_constraintDynamics"]["per_state_s"]
+        out.append(
+            {
+                "target": f"{name}: per machine ({pm['cores']} cores) `loopdyn.batch` ≥ 2× the "
+                "C++ loop on all cores",
+                "value": cpp / sharded if sharded else None,
+                "goal": 2.0,
+                "met": bool(sharded) and cpp / sharded >= 2.0,
+                "margin": f"C++ / `batch` = {cpp / sharded:.2f}" if sharded else "no result",
+            }
+        )
+    sim, rrr = (
+        raw["simulation"]["single"],
+        next(r for r in raw["forward"] if r["mechanism"] == "three_rrr"),
+    )
+    per_eval = sim["jit_s"] / sim["steps"] / 6
+    cpp = rrr["cpp_constraintDynamics"]["per_state_s"]
+    out.append(
+        {
+            "target": "3-RRR `simulate`: per forward-dynamics evaluation inside the step ≤ "
+            "Pinocchio's C++ `constraintDynamics` per state",
+            "value": per_eval / cpp,
+            "goal": 1.0,
+            "met": per_eval <= cpp,
+            "margin": f"{per_eval * 1e6:.2f} µs against {cpp * 1e6:.2f} µs ({per_eval / cpp:.1f}×)",
+        }
+    )
+    for layout in LAYOUTS:
+        rows = raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", [])
+        ratios = [
+            r["cpp_constraintDynamics"]["per_state_s"] / r["sslm"]["batched"]["per_state_s"]
+            for r in rows
+            if "per_state_s" in r.get("sslm", {}).get("batched", {})
+        ]
+        failed = sum(1 for r in rows if "per_state_s" not in r.get("sslm", {}).get("batched", {}))
+        exponents = raw.get("ladder_exponents" if layout == "ladder" else "ladder_chain_exponents")
+        e = (exponents or {}).get("sslm_batched")
+        out.append(
+            {
+                "target": f"ladder ({layout}): batched SSLM ≥ 1× the C++ loop per state at "
+                "every k, time exponent ≤ 1.1",
+                "value": min(ratios) if ratios else None,
+                "goal": 1.0,
+                "met": bool(ratios)
+                and not failed
+                and min(ratios) >= 1.0
+                and e is not None
+                and e <= 1.1,
+                "margin": (
+                    f"C++ / SSLM from {min(ratios):.2f} to {max(ratios):.2f}"
+                    if ratios
+                    else "no batched result"
+                )
+                + (f", {failed} k without a result" if failed else "")
+                + (f"; exponent {e:.2f}" if e is not None else ""),
+            }
+        )
+    return out
+
+
 def per_machine_times(pm, name):
     """``(one device, batch, partitioned, constraintDynamics, lcaba)`` seconds per state of one
     mechanism in the per-machine run (None where loopdyn's subprocess gave no result)."""
@@ -537,7 +756,17 @@ def markdown(raw):
         "`eqx.filter_jit` call through Python incl. dispatch; *batched*: `jit(vmap(f))` over "
         f"B = {raw['batch']} random assembled states (independent coordinates held, velocities "
         "by `project_velocity`, random torques), time per state. Pinocchio: per call through "
-        "Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10); "
+        "Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10; planar "
+        "hinges as `RZ` joints); *C++*: the same `constraintDynamics` compiled "
+        f"(`benchmarks/cpp/pinocchio_peer.cpp`, header-only, `{raw['cpp']['flags']}`, built in "
+        + (
+            f"{raw['cpp']['compile_s']:.0f} s"
+            if raw["cpp"]["compile_s"]
+            else "an earlier run (cached)"
+        )
+        + ") looping over the same B states on one thread, median over the repeats; its "
+        "accelerations are checked against loopdyn's and the Python binding's (≤ 1e-10 "
+        "relative, asserted). "
         "`lcaba` is Pinocchio 4's loop-constrained articulated-body algorithm. MuJoCo: "
         "`mj_forward` per call, state set beforehand (its fastest path), contacts disabled, "
         "`connect` equalities between sites.",
@@ -547,7 +776,7 @@ def markdown(raw):
         "difference is MuJoCo's model, not an error of either.",
         "- *compile*: wall time of the first call (trace + XLA compile + one run).",
         "",
-        "## Targets (issue 6)",
+        "## Targets (issues 6 and 23)",
         "",
         "| target | met | by how much |",
         "|---|:---:|---|",
@@ -576,6 +805,11 @@ def markdown(raw):
                 f"| Pinocchio `{a}` | {us(x['per_call_s'])} | - | - | - | - "
                 f"| {x['vs_system']:.1e} |"
             )
+        x = r["cpp_constraintDynamics"]
+        lines.append(
+            f"| Pinocchio `constraintDynamics` C++ | - | {us(x['per_state_s'])} | - | - | - "
+            f"| {x['vs_system']:.1e} |"
+        )
         for label in MUJOCO_OPTIONS:
             x = r[f"mujoco_{label}"]
             lines.append(
@@ -583,7 +817,18 @@ def markdown(raw):
                 f"| {x['vs_system']:.1e} |"
             )
         pin_cd = r["pin_constraintDynamics"]["per_call_s"]
+        cpp_cd = r["cpp_constraintDynamics"]["per_state_s"]
         lines += [
+            "",
+            "Ratios (Pinocchio `constraintDynamics` in C++ per state / loopdyn batched per state; "
+            "> 1: loopdyn faster): "
+            + ", ".join(f"{m} {cpp_cd / r[m]['batched_per_state_s']:.2f}" for m in METHODS)
+            + ". MuJoCo: `mj_forward` over the same varied states, less the Python cost of "
+            "setting each state ("
+            + ", ".join(
+                f"{label} {us(r[f'mujoco_{label}']['set_state_s'])} µs" for label in MUJOCO_OPTIONS
+            )
+            + ").",
             "",
             "Ratios (Pinocchio `constraintDynamics` per call / loopdyn batched per state; > 1: "
             "loopdyn faster): "
@@ -610,55 +855,101 @@ def markdown(raw):
             "left to XLA's automatic partitioner. "
             "Pinocchio has no parallel constrained dynamics (`abaInParallel` and `rneaInParallel` "
             "only): one process per core, each pinned, each doing its share of the batch through "
-            "Python, timed from a common barrier to the slowest worker.",
+            "Python, timed from a common barrier to the slowest worker. *C++*: the compiled "
+            "`constraintDynamics` in one process, one OpenMP thread pinned to each core, each "
+            "with its own data and share of the batch, timed from a common barrier to the last "
+            "thread done.",
             "",
             "| mechanism | loopdyn 1 device µs/state | loopdyn `batch` µs/state "
             "| compile `batch` s | loopdyn partitioned µs/state "
-            "| pin constraintDynamics µs/state | pin lcaba µs/state | cD / `batch` |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| pin constraintDynamics µs/state | pin lcaba µs/state | C++ cD µs/state "
+            "| cD / `batch` | C++ cD / `batch` |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name in MECHANISMS:
             one, sharded, partitioned, cd, lcaba = per_machine_times(pm, name)
+            cpp = pm[name]["cpp_constraintDynamics"]["per_state_s"]
             compile_s = pm["loopdyn"].get(name, {}).get("sharded", {}).get("compile_s")
             lines.append(
                 f"| {name} | {us(one)} | {us(sharded)} "
                 f"| {f'{compile_s:.1f}' if compile_s else '-'} | {us(partitioned)} "
-                f"| {us(cd)} | {us(lcaba)} | {f'{cd / sharded:.2f}' if sharded else '-'} |"
+                f"| {us(cd)} | {us(lcaba)} | {us(cpp)} "
+                f"| {f'{cd / sharded:.2f}' if sharded else '-'} "
+                f"| {f'{cpp / sharded:.2f}' if sharded else '-'} |"
             )
         if pm["loopdyn"].get("error"):
             lines += ["", f"loopdyn over all cores: {pm['loopdyn']['error']}."]
         lines.append("")
     lines += [
-        "## 2. Ladder of k four-bar loops (single jitted call, per core)",
+        "## 2. Ladder of k four-bar loops (per core)",
         "",
-        "n = 2k + 1 coordinates, m = 2k rows. "
-        + raw["ladder_note"]
-        + " Fitted growth exponents (log-log least squares over k ≥ "
-        f"{raw['ladder_k_min']}): "
-        + ", ".join(f"{m} {e:.2f}" for m, e in raw["ladder_exponents"].items() if e is not None)
-        + "; of the HLO op counts: "
-        + ", ".join(
-            f"{m} {growth_exponent(raw['ladder'], m, raw['ladder_k_min'], 'hlo_ops'):.2f}"
-            for m in LADDER_METHODS
-        )
-        + ".",
-        "",
-        "| k | n | system µs | SLM µs | SSLM µs | SLM / SSLM | pin cD µs | pin lcaba µs "
-        "| compile system s | compile SLM s | compile SSLM s | HLO ops system / SLM / SSLM |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "n = 2k + 1 coordinates, m = 2k rows. Two layouts of the same mechanism: "
+        + "; ".join(f"*{layout}*: {text}" for layout, text in LAYOUTS.items())
+        + ". *single*: one jitted call (in this process); *batched*: `jit(vmap)` over B = "
+        f"{raw['ladder_batch']} varied states, per state, in a subprocess stopped after "
+        f"{raw['ladder_timeout_s']:.0f} s (a hang or an abort fails that row only; a method that "
+        "failed is not tried at larger k); *C++ cD*: Pinocchio's `constraintDynamics` compiled, "
+        "over the same states, per state; *pin*: per call from Python. Every loopdyn column is "
+        "checked against the C++ accelerations (worst relative difference in the last column; "
+        "Pinocchio's Python `lcaba` is left out of it: its proximal loop stops at ~1e-5 "
+        "relative here, as in section 1). " + raw["ladder_note"],
     ]
-    for r in raw["ladder"]:
-        get = lambda m, f: r[m][f] if m in r else None
-        t = {m: get(m, "single_s") for m in LADDER_METHODS}
-        c = {m: get(m, "compile_s") for m in LADDER_METHODS}
-        ratio = f"{t['slm'] / t['sslm']:.2f}" if t["slm"] and t["sslm"] else "-"
-        ops = " / ".join(str(get(m, "hlo_ops") or "-") for m in LADDER_METHODS)
-        comp = " | ".join(f"{c[m]:.1f}" if c[m] else "-" for m in LADDER_METHODS)
-        lines.append(
-            f"| {r['k']} | {r['n']} | {us(t['system'])} | {us(t['slm'])} | {us(t['sslm'])} "
-            f"| {ratio} | {us(r['pin_constraintDynamics']['per_call_s'])} "
-            f"| {us(r['pin_lcaba']['per_call_s'])} | {comp} | {ops} |"
-        )
+    for layout in LAYOUTS:
+        rows = raw["ladder" if layout == "ladder" else f"ladder_{layout}"]
+        exponents = raw["ladder_exponents" if layout == "ladder" else f"ladder_{layout}_exponents"]
+        lines += [
+            "",
+            f"### Layout *{layout}*",
+            "",
+            f"Fitted growth exponents (log-log least squares over k ≥ {raw['ladder_k_min']}): "
+            + ", ".join(f"{m} {e:.2f}" for m, e in exponents.items() if e is not None)
+            + "; of the HLO op counts: "
+            + ", ".join(
+                f"{m} {e:.2f}"
+                for m in LADDER_METHODS
+                if (e := growth_exponent(rows, m, raw["ladder_k_min"], "hlo_ops")) is not None
+            )
+            + ".",
+            "",
+            "| k | n | system µs | SLM µs | SSLM µs | SLM / SSLM "
+            "| batched system / SLM / SSLM µs/state | C++ cD µs/state | C++ cD / best batched "
+            "| pin cD µs | pin lcaba µs | compile system / SLM / SSLM s (single; batched) "
+            "| HLO ops system / SLM / SSLM | rel. diff vs C++ |",
+            "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|---:|",
+        ]
+        for r in rows:
+            get = lambda m, f: r[m][f] if m in r else None
+            batched = lambda m: r[m].get("batched", {}) if m in r else {}
+            t = {m: get(m, "single_s") for m in LADDER_METHODS}
+            b = {m: batched(m).get("per_state_s") for m in LADDER_METHODS}
+            ratio = f"{t['slm'] / t['sslm']:.2f}" if t["slm"] and t["sslm"] else "-"
+            cell = lambda m: us(b[m]) if b[m] else "failed" if "error" in batched(m) else "-"
+            ops = " / ".join(str(get(m, "hlo_ops") or "-") for m in LADDER_METHODS)
+            comp = " / ".join(
+                (f"{get(m, 'compile_s'):.1f}" if m in r else "-")
+                + (f" ({batched(m)['compile_s']:.1f})" if "compile_s" in batched(m) else "")
+                for m in LADDER_METHODS
+            )
+            cpp = r["cpp_constraintDynamics"]["per_state_s"]
+            best = min((v for v in b.values() if v), default=None)
+            diffs = [get(m, "vs_cpp") for m in LADDER_METHODS if m in r]
+            diffs += [batched(m)["vs_cpp"] for m in LADDER_METHODS if "vs_cpp" in batched(m)]
+            diffs.append(r["pin_constraintDynamics"]["vs_cpp"])
+            lines.append(
+                f"| {r['k']} | {r['n']} | {us(t['system'])} | {us(t['slm'])} | {us(t['sslm'])} "
+                f"| {ratio} | {' / '.join(cell(m) for m in LADDER_METHODS)} "
+                f"| {us(cpp)} | {f'{cpp / best:.2f}' if best else '-'} "
+                f"| {us(r['pin_constraintDynamics']['per_call_s'])} "
+                f"| {us(r['pin_lcaba']['per_call_s'])} | {comp} | {ops} | {max(diffs):.1e} |"
+            )
+        failures = [
+            f"k = {r['k']} {m}: {r[m]['batched']['error']}"
+            for r in rows
+            for m in LADDER_METHODS
+            if m in r and "error" in r[m].get("batched", {})
+        ]
+        if failures:
+            lines += ["", "Batched runs that gave no result: " + "; ".join(failures) + "."]
     s = raw["simulation"]
     si, ba = s["single"], s["batched"]
     lines += [
@@ -683,6 +974,7 @@ def markdown(raw):
         f"{ba['steps_median']:.0f} / {ba['steps_max']} (min / median / max; the batch steps "
         f"in lock-step until its slowest run ends), {ba['succeeded']} of {s['batch']} "
         "succeeded.",
+        *cpp_simulation_lines(s),
         "",
         "## Analysis",
         "",
@@ -690,6 +982,58 @@ def markdown(raw):
         "",
     ]
     return "\n".join(lines)
+
+
+def cpp_simulation_lines(s):
+    """The simulation section's comparison with Pinocchio + Boost.Odeint Dormand-Prince."""
+    c, si = s.get("cpp"), s["single"]
+    if not c:
+        return []
+    ours = c["loopdyn"]
+    lines = [
+        f"- Pinocchio `constraintDynamics` in C++ integrated by Boost.Odeint's Dormand-Prince "
+        f"5(4) (`runge_kutta_dopri5`, controlled, dense output at the same 201 times), same "
+        f"free motion, Baumgarte Kp = β² = {c['kp']:g}, Kd = 2α = {c['kd']:g} (loopdyn's "
+        f"(α, β)), rtol = atol as listed, initial step 1e-3 s. Reference: the same at rtol = "
+        f"atol = 1e-12 ({c['reference']['steps']} steps; its own error, against 1e-11: "
+        f"{c['reference']['vs_1e-11']['error']:.1e} up to t = {c['horizon']:g} s, "
+        f"{c['reference']['vs_1e-11']['final_error']:.1e} at t = {c['t1']:g} s). The free "
+        "3-RRR is chaotic: a perturbation grows by orders of magnitude over 5 s, so the final "
+        "state at rtol 1e-6 is decided by neither tool; errors are matched over the first "
+        f"{c['horizon']:g} s (*error*: max state error at the saved times up to then) and the "
+        "final-state error is listed beside.",
+        "",
+        "| run | rtol | steps | RHS evaluations | time ms | max ‖Φ‖ | max ‖J q̇‖ "
+        f"| error (t ≤ {c['horizon']:g} s) | final-state error |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| loopdyn `simulate` (Tsit5, SSLM) | {s['rtol']:g} | {si['steps']} | "
+        f"≈ {6 * si['steps'] + 1} | {si['jit_s'] * 1e3:.2f} | {si['max_loop_residual']:.1e} "
+        f"| {si.get('max_velocity_residual', float('nan')):.1e} | {ours['error']:.1e} "
+        f"| {ours['final_error']:.1e} |",
+    ]
+    for r in c["sweep"]:
+        lines.append(
+            f"| C++ Pinocchio + dopri5 | {r['rtol']:g} | {r['steps']} | {r['evaluations']} "
+            f"| {r['run_s'] * 1e3:.2f} | {r['max_loop_residual']:.1e} "
+            f"| {r['max_velocity_residual']:.1e} | {r['error']:.1e} | {r['final_error']:.1e} |"
+        )
+    same = next((r for r in c["sweep"] if r["rtol"] == s["rtol"]), None)
+    matched = ours["cpp_s_at_matched_error"]
+    lines += [
+        "",
+        f"At equal tolerance (rtol {s['rtol']:g}): loopdyn's compiled solve "
+        f"{si['jit_s'] * 1e3:.2f} ms, C++ "
+        + (f"{same['run_s'] * 1e3:.2f} ms ({si['jit_s'] / same['run_s']:.1f}×)" if same else "-")
+        + f". At matched error ({ours['error']:.1e} up to t = {c['horizon']:g} s): C++ "
+        + (
+            f"{matched * 1e3:.2f} ms (log-log interpolation in the sweep), loopdyn "
+            f"{si['jit_s'] / matched:.1f}× that"
+            if matched
+            else "outside the sweep"
+        )
+        + ". loopdyn's time per step counts Tsit5's 6 stage evaluations and the controller.",
+    ]
+    return lines
 
 
 def analysis(raw):
@@ -767,9 +1111,17 @@ def main():
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/closed_loop.md")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--k-max", type=int, default=64, help="largest ladder k (default 64)")
     parser.add_argument(
-        "--k64", action="store_true", help="ladder up to k = 64 (SSLM compiles for minutes)"
+        "--ladder-batch", type=int, default=None, help="ladder jit(vmap) batch (default 4096)"
     )
+    parser.add_argument(
+        "--ladder-timeout",
+        type=float,
+        default=300.0,
+        help="time limit of each ladder jit(vmap) subprocess, s (a hang or abort fails the row)",
+    )
+    parser.add_argument("--ladder-worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument(
         "--ladder-all-methods",
         action="store_true",
@@ -782,7 +1134,7 @@ def main():
     args = parser.parse_args()
     if args.from_json:
         raw = json.loads(args.from_json.read_text())
-        raw["targets"], raw["analysis"] = targets(raw), analysis(raw)
+        raw["targets"], raw["analysis"] = targets(raw) + peer_targets(raw), analysis(raw)
         write_atomic(args.out, markdown(raw))
         return
     batch = args.batch or (256 if args.quick else 4096)
@@ -790,49 +1142,55 @@ def main():
     if args.sharded_worker:
         sharded_worker(batch, repeats)
         return
+    if args.ladder_worker:
+        layout, k, method, path = args.ladder_worker
+        ladder_worker(layout, int(k), method, Path(path), repeats)
+        return
     start = time.perf_counter()
+    PEER[:] = pinocchio_cpp.build()
     info = machine()
     raw = {"machine": info, "batch": batch, "repeats": repeats, "quick": args.quick}
+    raw["cpp"] = {
+        "compile_s": PEER[1],
+        "flags": " ".join(pinocchio_cpp.FLAGS),
+        "proximal": [pinocchio_cpp.ACCURACY, pinocchio_cpp.MU, pinocchio_cpp.MAX_ITER],
+    }
     raw["forward"] = [bench_mechanism(name, batch, repeats) for name in MECHANISMS]
     raw["per_machine"] = per_machine(batch, repeats)
     print("per machine:", json.dumps(raw["per_machine"]), flush=True)
-    ks = (1, 2, 4, 8) if args.quick else (1, 2, 4, 8, 16, 32) + ((64,) if args.k64 else ())
+    k_max = 8 if args.quick else args.k_max
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= k_max]
     k_cap = 64 if args.ladder_all_methods else 32
-    raw["ladder"] = [
-        bench_ladder(k, [m for m in LADDER_METHODS if k <= k_cap or m == "sslm"], repeats)
-        for k in ks
-    ]
+    raw["ladder_batch"] = args.ladder_batch or (64 if args.quick else 4096)
+    raw["ladder_timeout_s"] = args.ladder_timeout
+    for layout in LAYOUTS:
+        given_up = {}
+        raw["ladder" if layout == "ladder" else f"ladder_{layout}"] = [
+            bench_ladder(
+                layout,
+                k,
+                [m for m in LADDER_METHODS if k <= k_cap or m == "sslm"],
+                repeats,
+                raw["ladder_batch"],
+                args.ladder_timeout,
+                given_up,
+            )
+            for k in ks
+        ]
     raw["ladder_note"] = (
-        "k = 64 is left out of the default run to keep it near 15 minutes: on this shared "
-        "2-core machine the SSLM program for k = 64 compiles for minutes (`--k64` adds it for "
-        "SSLM, `--ladder-all-methods` for all three)."
-        if not args.k64 and not args.quick
-        else (
-            "System and SLM stop at k = 32 (`--ladder-all-methods` runs them)." if args.k64 else ""
-        )
+        "System and SLM stop at k = 32 (`--ladder-all-methods` runs them at k = 64: each "
+        "compiles for minutes today)."
+        if k_max > 32 and not args.ladder_all_methods
+        else ""
     )
     raw["ladder_k_min"] = 2 if args.quick else 8
-    raw["ladder_exponents"] = {
-        m: growth_exponent(raw["ladder"], m, raw["ladder_k_min"]) for m in LADDER_METHODS
-    }
-    raw["ladder_exponents"].update(
-        {
-            f"pin_{a}": growth_exponent(
-                [
-                    {"k": r["k"], a: {"single_s": r[f"pin_{a}"]["per_call_s"]}}
-                    for r in raw["ladder"]
-                ],
-                a,
-                raw["ladder_k_min"],
-            )
-            for a in PIN_ALGORITHMS
-        }
-    )
+    raw["ladder_exponents"] = ladder_exponents(raw["ladder"], raw["ladder_k_min"])
+    raw["ladder_chain_exponents"] = ladder_exponents(raw["ladder_chain"], raw["ladder_k_min"])
     raw["simulation"] = bench_simulation(64 if args.quick else 1024, repeats)
     info["load_average_end"] = os.getloadavg()
     raw["total_s"] = time.perf_counter() - start
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1, default=str))
-    raw["targets"] = targets(raw)
+    raw["targets"] = targets(raw) + peer_targets(raw)
     raw["analysis"] = analysis(raw)
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1, default=str))
     write_atomic(args.out, markdown(raw))
