@@ -70,3 +70,35 @@ def test_without_float64_enabled_simulate_says_so():
     assert out.returncode != 0
     assert 'jax.config.update("jax_enable_x64", True)' in out.stderr.splitlines()[-1]
     assert "does not close" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("tau", "shown"),
+    [
+        (np.zeros(2), r"\(2,\)"),
+        (np.zeros((4, 2)), r"\(4, 2\)"),
+        (lambda t, q, qd: q[:2], r"\(2,\)"),
+    ],
+)
+def test_simulate_names_a_wrong_torque_shape_before_compiling(four_bar, tau, shown):
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"simulate: tau.* must .*shape \(3,\).*got {shown}"):
+        loopdyn.simulate(four_bar, four_bar.q0, jnp.zeros(3), 1.0, tau=tau)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_simulate_names_a_singular_start():
+    """A four-bar with every link on one line: a change point of its loop, where the solver used
+    to run out of steps and suggest stiff spring-dampers."""
+    b = loopdyn.MechanismBuilder(planar=True)
+    for name, length in (("crank", 0.1), ("coupler", 0.3), ("rocker", 0.2)):
+        b.add_body(name, 1.0, (length / 2, 0, 0), 1e-3)
+    b.add_joint("A", "revolute", "ground", "crank", actuated=True)
+    b.add_joint("B", "revolute", "crank", "coupler", position=(0.1, 0, 0))
+    b.add_joint("D", "revolute", "ground", "rocker", position=(0.2, 0, 0))
+    b.add_joint(
+        "C", "revolute", "coupler", "rocker", position=(0.3, 0, 0), child_position=(0.2, 0, 0)
+    )
+    mech = b.build()
+    with pytest.raises(ValueError, match="initial state is singular.*cut joint 'C'"):
+        loopdyn.simulate(mech, jnp.zeros(3), jnp.zeros(3), 0.5)

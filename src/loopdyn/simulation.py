@@ -428,9 +428,7 @@ def simulate(
         ts = jnp.asarray(ts, dtype)
         if _concrete((ts, t1)) and not _increasing_within(np.asarray(ts), float(t1)):
             raise ValueError(f"simulate: saveat must be increasing times within [0, t1 = {t1:g}]")
-    if not callable(tau):
-        tau = jnp.zeros(mech.num_bodies, dtype) if tau is None else jnp.asarray(tau, dtype)
-        tau = tau.reshape(-1, mech.num_bodies)  # a constant is one sample
+    tau = _checked_torque(mech, tau, q0, qd0)
     options = _Options(
         method,
         stabilization,
@@ -455,6 +453,11 @@ def simulate(
         kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
     else:
         _check_closed(mech, start, closure_tol)
+        if mech.cut_joints and not result.succeeded and float(result.stats.t_reached) == 0.0:
+            try:  # a start at a singular configuration: name the loop
+                kinematics.check_jacobian(mech, q0)
+            except ValueError as error:
+                raise ValueError(f"simulate: the initial state is singular: {error}") from None
     if throw:
         if not _concrete(result.stats.result):
             return eqx.error_if(
@@ -463,6 +466,29 @@ def simulate(
         if not result.succeeded:
             raise RuntimeError(f"simulate: {result.message}")
     return result
+
+
+def _checked_torque(mech, tau, q0, qd0):
+    """``tau`` as `_integrate` takes it: samples ``(K, n)`` (``None`` and a constant ``(n,)`` are
+    one sample) or the function, its shapes checked before anything compiles."""
+    n = mech.num_bodies
+    if callable(tau):
+        out = jax.eval_shape(tau, jnp.zeros((), q0.dtype), q0, qd0)
+        if getattr(out, "shape", None) != (n,):
+            raise ValueError(
+                f"simulate: tau(t, q, qd) must return shape ({n},) (one entry per coordinate "
+                f"{list(mech.coordinate_names)}), got {getattr(out, 'shape', type(out).__name__)}"
+            )
+        return tau
+    tau = jnp.zeros(n, q0.dtype) if tau is None else jnp.asarray(tau, q0.dtype)
+    if tau.ndim not in (1, 2) or tau.shape[-1] != n or tau.size == 0:
+        raise ValueError(
+            f"simulate: tau must have shape ({n},) or (K, {n}) (one entry per coordinate "
+            f"{list(mech.coordinate_names)}), got {tau.shape}"
+        )
+    if _concrete(tau):
+        check_finite("simulate", tau=tau)
+    return tau.reshape(-1, n)  # a constant is one sample
 
 
 def _concrete(tree) -> bool:
