@@ -1,5 +1,6 @@
 """``loopdyn simulate``: the summary, an atomic results file and the figures it promises."""
 
+import json
 import pathlib
 
 import numpy as np
@@ -23,6 +24,8 @@ def test_simulate_writes_results_and_figures(tmp_path, capsys):
     with np.load(out) as data:
         assert data["q"].shape == (31, 3) and int(data["stats_result"]) == simulation.SUCCESS
         assert np.max(data["loop_residual"][:, 0]) < 1e-9
+        assert list(data["coordinate_names"]) == ["A", "B", "D"]
+        assert json.loads(str(data["units"]))["q"] == ["rad"] * 3
     assert figure.stat().st_size > 10_000 and gif.stat().st_size > 10_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.gif", "run.npz", "run.png"]
 

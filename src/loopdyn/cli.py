@@ -80,7 +80,7 @@ def run(mech, t1, *, tau=None, qd0=None, saves=301, **options):
 
 def write(mech, sim, torque, out=None, figure=None, gif=None, title=""):
     if out is not None:
-        simulation.save(out, sim, tau=torque)
+        simulation.save(out, sim, mech, tau=torque)
         print(f"  results: {out}")
     if figure is not None:
         plot.simulation_figure(mech, sim, torque if np.any(torque) else None, figure, title)

@@ -38,6 +38,7 @@ not see: refused.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -519,9 +520,11 @@ def _check_closed(mech, start, tol):
             )
 
 
-def save(path, simulation: Simulation, **extra):
+def save(path, simulation: Simulation, mech: Mechanism | None = None, **extra):
     """Write a simulation to ``path`` (``.npz``) atomically: a temporary file in the same folder,
-    renamed over ``path`` once complete, so an interrupted run never leaves a truncated file."""
+    renamed over ``path`` once complete, so an interrupted run never leaves a truncated file.
+    With ``mech``, the file also names the columns (``coordinate_names``) and gives the units of
+    every array (``units``, a JSON object: per coordinate for ``q``, ``qd`` and ``tau``)."""
     arrays = {
         "ts": simulation.ts,
         "q": simulation.q,
@@ -532,4 +535,17 @@ def save(path, simulation: Simulation, **extra):
         **{f"stats_{k}": v for k, v in vars(simulation.stats).items()},
         **extra,
     }
+    if mech is not None:
+        slide = [kind == "prismatic" for kind in mech.joint_kinds]
+        units = {
+            "ts": "s",
+            "q": ["m" if p else "rad" for p in slide],
+            "qd": ["m/s" if p else "rad/s" for p in slide],
+            "tau": ["N" if p else "N m" for p in slide],
+            "lam": "N for point rows, N m for angle rows",
+            "loop_residual": ["m (|Phi|, angle rows in rad)", "m/s (|J qd|)"],
+            "energy": "J",
+        }
+        arrays["coordinate_names"] = np.array(mech.coordinate_names)
+        arrays["units"] = np.array(json.dumps(units))
     write_atomic(path, lambda file: np.savez(file, **{k: np.asarray(v) for k, v in arrays.items()}))
