@@ -461,6 +461,24 @@ def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
     return row
 
 
+def ladder_row(layout, k, methods, repeats, batch, timeout, given_up):
+    """`bench_ladder` in a subprocess of its own: the single-call programs of every k compiled in
+    one process exhausted its memory mappings at k = 32 (LLVM "Cannot allocate memory").
+    Updates ``given_up`` from the row."""
+    command = [sys.executable, __file__, "--ladder-row", layout, str(k), ",".join(methods)]
+    command += ["--repeats", str(repeats), "--ladder-batch", str(batch)]
+    command += ["--ladder-timeout", str(timeout), "--given-up", json.dumps(given_up)]
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"ladder row {layout} k = {k} failed: {done.stderr.strip()[-2000:]}")
+    print(done.stdout.strip().splitlines()[-2], flush=True)  # bench_ladder's summary line
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    for m in methods:
+        if "error" in row[m].get("batched", {}) and m not in given_up:
+            given_up[m] = f"failed at k = {k}"
+    return row
+
+
 def ladder_exponents(rows, k_min):
     """Growth exponents of one layout's rows: each method's single call and batched per state,
     the compiled peer per state and Pinocchio per call from Python."""
@@ -1133,6 +1151,8 @@ def main():
         help="also system and SLM at k = 64 (each compiles for minutes)",
     )
     parser.add_argument("--sharded-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ladder-row", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--given-up", default="{}", help=argparse.SUPPRESS)
     parser.add_argument(
         "--from-json", type=Path, help="only write the Markdown again from a run's raw JSON"
     )
@@ -1146,6 +1166,21 @@ def main():
     repeats = args.repeats or (3 if args.quick else 7)
     if args.sharded_worker:
         sharded_worker(batch, repeats)
+        return
+    if args.ladder_row:
+        layout, k, methods = args.ladder_row
+        PEER[:] = pinocchio_cpp.build()
+        given_up = json.loads(args.given_up)
+        row = bench_ladder(
+            layout,
+            int(k),
+            methods.split(","),
+            repeats,
+            args.ladder_batch,
+            args.ladder_timeout,
+            given_up,
+        )
+        print(json.dumps(row, default=str))
         return
     if args.ladder_worker:
         layout, k, method, path = args.ladder_worker
@@ -1171,7 +1206,7 @@ def main():
     for layout in LAYOUTS:
         given_up = {}
         raw["ladder" if layout == "ladder" else f"ladder_{layout}"] = [
-            bench_ladder(
+            ladder_row(
                 layout,
                 k,
                 [m for m in LADDER_METHODS if k <= k_cap or m == "sslm"],

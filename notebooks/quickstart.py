@@ -57,14 +57,17 @@ print("lam", np.round(np.asarray(lam), 4))
 
 # %%
 sim = loopdyn.simulate(mech, mech.q0, jnp.zeros(mech.num_bodies), 2.0, tau=tau)
-print(sim.message, "| max |Phi| =", float(sim.loop_residual[:, 0].max()))
+print(sim.message, "| max |Phi| =", float(sim.loop_residual[:, 0].max()), "m")
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
 for k in range(0, len(sim.ts), 50):
-    plot.draw(mech, sim.q[k], left, alpha=0.2 + 0.8 * k / len(sim.ts))
-left.set(xlabel="x [m]", ylabel="y [m]", title="3-RRR, every 0.5 s")
-right.plot(sim.ts, sim.q[:, list(mech.actuated)])
+    label = f"t = {float(sim.ts[k]):.1f} s"
+    plot.draw(mech, sim.q[k], left, label=label, alpha=0.2 + 0.8 * k / len(sim.ts))
+left.set(title="3-RRR, every 0.5 s (darker: later)")
+left.legend(fontsize=7)
+right.plot(sim.ts, sim.q[:, list(mech.actuated)], label=list(mech.actuator_names))
 right.set(xlabel="t [s]", ylabel="actuated joint angle [rad]", title="actuated joints")
+right.legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(os.path.join(OUT, "quickstart.png"), dpi=100)

@@ -378,6 +378,12 @@ def test_any_plane_loads_planar_like_xy_spatial_and_mujoco(plane):
     np.testing.assert_allclose(rotation, turn.T, atol=1e-15, rtol=0)
     np.testing.assert_array_equal(world_rotation(xml, planar=False), np.eye(3))
     np.testing.assert_array_equal(mech.gravity, [0.0, -9.81, 0.0])
+    assert in_xy.axis_names == spatial.axis_names == ("x", "y", "z")
+    if plane == "xz":
+        assert mech.axis_names == ("x", "z", "-y") and mech.plane_axes == ("x", "z")
+    else:  # each turned axis by its direction in the file
+        shown = [[float(c) for c in name.strip("()").split(",")] for name in mech.axis_names]
+        np.testing.assert_allclose(shown, turn.T, atol=5e-3, rtol=0)
     for a, b in zip(jax.tree.leaves(mech), jax.tree.leaves(in_xy)):  # the same planar model
         np.testing.assert_allclose(a, b, atol=TOL, rtol=0)
 

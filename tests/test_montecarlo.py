@@ -170,6 +170,20 @@ def test_reference_runs_and_statistics(reference):
     assert column["q50"] == pytest.approx(np.median(q1), rel=1e-14)
     group = zarr.open_group(str(out), mode="r")
     assert group.attrs["statistics"] == stats
+    units = stats["units"]  # every default summary column has its unit
+    assert set(units) == set(stats["columns"])
+    assert units["q_final[B]"] == "rad" and units["qd_final[B]"] == "rad/s"
+    assert (units["energy_drift"], units["max_closure"]) == ("J", "m")
+    figure = montecarlo.histograms(out, ["energy_drift", "q_final[B]"])
+    assert [ax.get_xlabel() for ax in figure.axes] == ["energy_drift [J]", "q_final[B] [rad]"]
+
+
+def test_default_chunks_show_progress_in_steps_and_keep_devices_busy():
+    assert montecarlo.default_chunk(1000) == 50  # 20 chunks
+    assert montecarlo.default_chunk(100) == 16  # at least 16 runs per device
+    assert montecarlo.default_chunk(100, devices=4) == 64
+    assert montecarlo.default_chunk(10) == 10
+    assert montecarlo.default_chunk(10**6) == 1000
 
 
 def test_a_run_equals_simulate_of_its_sample(reference):
@@ -275,10 +289,13 @@ def test_killed_run_resumes_to_the_same_results(launched, reference, capsys):
         options=OPTIONS,
         chunk=CHUNK,
         resume=True,
-        progress=False,
+        progress=True,
         verbose=True,
     )
-    lines = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr()
+    assert "compiling the program of a chunk of 2 runs" in printed.err  # before the bar
+    assert "first chunk, compile included" in printed.err
+    lines = printed.out.splitlines()
     computed = [int(line.split()[1][:-1]) for line in lines if line.startswith("chunk ")]
     assert sorted(computed) == list(np.flatnonzero(~done))  # exactly the unfinished chunks
     _assert_same(store, _arrays(reference[0]))

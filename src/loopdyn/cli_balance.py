@@ -96,7 +96,11 @@ def record(mech, motion, slots, result, curve=None, about=None, method="subsyste
     cw = result.counterweights
     names = ("force", "moment", "torque")
     out = {
-        "mechanism": {"bodies": list(mech.body_names), "actuators": list(mech.actuator_names)},
+        "mechanism": {
+            "bodies": list(mech.body_names),
+            "actuators": list(mech.actuator_names),
+            "world_axes": list(mech.axis_names),
+        },
         "unbalanced_rms": {k: float(v) for k, v in zip(names, result.unbalanced)},
         "balanced_rms": {k: float(v) for k, v in zip(names, result.terms)},
         "ratio": {k: float(a / b) for k, a, b in zip(names, result.terms, result.unbalanced)},
@@ -146,7 +150,10 @@ def figure(record, path=None, title=""):
         f = np.concatenate([f, f[:1]])  # the cycle closes
         ax.plot(f[:, 0], f[:, 1], "-o", ms=2, label=label)
     ax.plot(0, 0, "k+")
-    ax.set(xlabel="F_x [N]", ylabel="F_y [N]", title=f"{title} shaking force (dynamic), polar")
+    x, y = record["mechanism"]["world_axes"][:2]
+    ax.set(
+        xlabel=f"F_{x} [N]", ylabel=f"F_{y} [N]", title=f"{title} shaking force (dynamic), polar"
+    )
     ax.set_aspect("equal", adjustable="datalim")
     ax.legend(fontsize=7)
     for ax, key, label in (
@@ -234,7 +241,11 @@ def run(args):
     for cw in out["counterweights"]:
         position = ", ".join(f"{v:.5g}" for v in cw["position"][: len(box)])
         bound = " (at a bound)" if any(cw["at_bound"]) else ""
-        print(f"  counterweight on {cw['body']}: {cw['mass']:.5g} kg at ({position}) m{bound}")
+        axes = ", ".join(mech.axis_names[: len(box)])
+        print(
+            f"  counterweight on {cw['body']}: {cw['mass']:.5g} kg at ({axes}) = ({position}) m "
+            f"in its frame{bound}"
+        )
     if curve is not None:
         print(f"  trade-off: {int(curve.pareto.sum())} of {len(curve.pareto)} points Pareto")
     if args.out is not None:

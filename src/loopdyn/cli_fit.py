@@ -204,7 +204,7 @@ def run(args):
             data = _load(args.data, ("q", "qd", "qdd", "actuator_forces"))
             print(f"{args.mechanism}: {len(data['q'])} states with driving forces, linear route")
             ident, record = identify_torque_data(mech, data, chosen, args.confidence)
-            print(ident.summary())
+            print(ident.summary(" or ".join(sorted({mech.force_units[k] for k in mech.actuated}))))
         else:
             data = _load(args.data, ("ts", "q"), ("q0", "qd0", "tau", "weight"))
             print(
@@ -217,10 +217,11 @@ def run(args):
             print(
                 f"  {'converged' if result.converged else 'NOT converged'} after "
                 f"{len(result.cost) - 1} iterations; rank {record['rank']} of "
-                f"{len(record['labels'])}, residual std {record['noise_std']:.3g}"
+                f"{len(record['labels'])}, residual std {record['noise_std']:.3g} rad or m (weighted)"
             )
             for label, value, (low, high) in zip(record["labels"], result.values, result.interval):
-                print(f"  {label:>24} = {value:.6g}  [{low:.6g}, {high:.6g}]")
+                unit = fit.unit(label)
+                print(f"  {label:>24} = {value:.6g}  [{low:.6g}, {high:.6g}] {unit}")
             for name in record["unidentifiable"]:
                 print(f"  not identifiable: {name}")
     except (ValueError, OSError) as error:

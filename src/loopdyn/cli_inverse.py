@@ -121,7 +121,10 @@ def results(mech, motion, result, method="subsystem", arrays=True) -> dict:
     force, moment = inverse.reaction_magnitudes(mech, result.reactions)
     shake = shaking.shaking(mech, result, motion.q, include_weight=False)
     weighted = shaking.shaking(mech, result)
-    layout = "[n_z, f_x, f_y]" if mech.planar else "[n_x, n_y, n_z, f_x, f_y, f_z]"
+    x, y, z = mech.axis_names
+    layout = (
+        f"[n_{z}, f_{x}, f_{y}]" if mech.planar else f"[n_{x}, n_{y}, n_{z}, f_{x}, f_{y}, f_{z}]"
+    )
 
     def listed(x):
         return np.asarray(x).tolist()
@@ -135,6 +138,18 @@ def results(mech, motion, result, method="subsystem", arrays=True) -> dict:
             "actuators": list(mech.actuator_names),
             "cut_joints": [c.name for c in mech.cut_joints],
             "planar": mech.planar,
+            "world_axes": list(mech.axis_names),
+        },
+        "units": {
+            "t": "s",
+            "q": list(mech.coordinate_units),
+            "actuator_forces": [mech.force_units[k] for k in mech.actuated],
+            "multipliers": "N for point rows, N m for angle rows",
+            "reactions": "N m for n, N for f",
+            "ground_force": "N",
+            "ground_moment": "N m",
+            "shaking_force": "N",
+            "shaking_moment": "N m",
         },
         "method": method,
         "plan": [
@@ -198,7 +213,12 @@ def figure(mech, motion, result, path=None, title=""):
     ax = axes[0, 0]
     for k, name in enumerate(mech.actuator_names):
         ax.plot(t, np.asarray(result.actuator_forces)[:, k], label=name)
-    ax.set(xlabel="t [s]", ylabel="actuator force [N m or N]", title=f"{title} driving forces")
+    units = sorted({mech.force_units[k] for k in mech.actuated})
+    ax.set(
+        xlabel="t [s]",
+        ylabel=f"actuator force [{' or '.join(units)}]",
+        title=f"{title} driving forces",
+    )
     ax.legend(fontsize=7)
     ax = axes[0, 1]
     for j, name in enumerate(mech.joint_names):
@@ -210,14 +230,18 @@ def figure(mech, motion, result, path=None, title=""):
     f = np.asarray(shake.force)
     ax.plot(f[:, 0], f[:, 1], "-o", ms=2)
     ax.plot(0, 0, "k+")
-    ax.set(xlabel="F_x [N]", ylabel="F_y [N]", title="shaking force (dynamic part), polar")
+    ax.set(
+        xlabel=f"F_{mech.axis_names[0]} [N]",
+        ylabel=f"F_{mech.axis_names[1]} [N]",
+        title="shaking force (dynamic part), polar",
+    )
     ax.set_aspect("equal", adjustable="datalim")
     ax = axes[1, 1]
     m = np.asarray(shake.moment)
     if m.ndim == 1:
-        ax.plot(t, m, label="M_z")
+        ax.plot(t, m, label=f"M_{mech.axis_names[2]}")
     else:
-        for k, axis in enumerate("xyz"):
+        for k, axis in enumerate(mech.axis_names):
             ax.plot(t, m[:, k], label=f"M_{axis}")
     ax.set(xlabel="t [s]", ylabel="shaking moment [N m]", title="shaking moment about the origin")
     ax.legend(fontsize=7)
@@ -247,7 +271,8 @@ def run(args):
         f"method {args.method} ({plan}), {elapsed:.2f} s including compilation"
     )
     for k, name in enumerate(mech.actuator_names):
-        print(f"  actuator {name}: {forces[:, k].min():.4g} .. {forces[:, k].max():.4g}")
+        unit = mech.force_units[mech.actuated[k]]
+        print(f"  actuator {name}: {forces[:, k].min():.4g} .. {forces[:, k].max():.4g} {unit}")
     for name, peak in record["peak_reaction_force"].items():
         print(f"  joint {name}: peak reaction force {peak:.4g} N")
     s = record["shaking_summary_dynamic"]
@@ -257,8 +282,9 @@ def run(args):
     )
     a = record["accuracy"]
     print(
-        f"  loop closure {a['max_loop_closure']:.1e}, unbalanced force "
-        f"{a['max_unbalanced_generalized_force']:.1e}"
+        f"  loop closure {a['max_loop_closure']:.1e} m (largest of |Phi| and the rate rows "
+        f"relative to the motion's size), unbalanced generalized force "
+        f"{a['max_unbalanced_generalized_force']:.1e} N m or N"
     )
     if args.out is not None:
         write_json(args.out, record)

@@ -36,7 +36,12 @@ def add_parser(subparsers):
     cmd.add_argument("--t", type=float, default=5.0, help="simulated time or cycle length [s]")
     cmd.add_argument("--out", type=pathlib.Path, required=True, help="zarr store (directory)")
     cmd.add_argument("--resume", action="store_true", help="continue an interrupted study")
-    cmd.add_argument("--chunk", type=int, default=1000, help="runs per batch and store chunk")
+    cmd.add_argument(
+        "--chunk",
+        type=int,
+        help="runs per batch and store chunk (default: about n/20, at least 16 per device, "
+        "at most 1000)",
+    )
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--rtol", type=float, default=1e-6)
     cmd.add_argument("--atol", type=float, default=1e-6)
@@ -93,11 +98,12 @@ def print_statistics(stats, labels):
     print(f"  {stats['done']} of {stats['runs']} runs done: {codes}")
     first = stats["columns"][labels[0]] if labels else {}
     heads = list(first)
-    print(f"  {'summary':28s}" + "".join(f"{h:>14s}" for h in heads))
+    print(f"  {'summary':28s}" + "".join(f"{h:>14s}" for h in heads) + "  unit")
     for label in labels:
         row = stats["columns"][label]
         values = (math.nan if row[h] is None else row[h] for h in heads)
-        print(f"  {label:28s}" + "".join(f"{v:14.6g}" for v in values))
+        unit = stats["units"].get(label, "")
+        print(f"  {label:28s}" + "".join(f"{v:14.6g}" for v in values) + f"  {unit}")
 
 
 def run(args):
@@ -130,10 +136,11 @@ def run(args):
             trajectories=args.trajectories,
         )
         devices = jax.local_devices()
+        chunk = args.chunk or montecarlo.default_chunk(args.n, len(devices))
         kind = "simulations" if drive is None else "inverse-dynamics cycles"
         print(
             f"{args.mechanism}: {args.n} {kind} of {args.t:g} s, mass +-{args.mass_tol:g} "
-            f"(relative), lengths +-{args.length_tol:g} m; chunks of {min(args.chunk, args.n)} on "
+            f"(relative), lengths +-{args.length_tol:g} m; chunks of {min(chunk, args.n)} on "
             f"{len(devices)} {devices[0].platform} device(s), process {jax.process_index()} of "
             f"{jax.process_count()}",
             flush=True,
@@ -145,7 +152,7 @@ def run(args):
             args.n,
             args.out,
             options=options,
-            chunk=args.chunk,
+            chunk=chunk,
             seed=args.seed,
             resume=args.resume,
             progress=not args.quiet,
@@ -160,5 +167,5 @@ def run(args):
     labels = _chosen(stats, args.stats)
     print_statistics(stats, labels)
     plot = args.plot or args.out.with_suffix(".png")
-    montecarlo.histograms(args.out, labels[:12], plot)
+    montecarlo.histograms(args.out, labels, plot)
     print(f"  histograms: {plot}")

@@ -48,7 +48,6 @@ from . import inverse, parameters
 from .mechanism import Mechanism
 from .simulation import simulate
 
-_PLANAR = ("m", "mx", "my", "Izz")
 _SPATIAL = ("m", "mx", "my", "mz", "Ixx", "Iyy", "Izz", "Ixy", "Ixz", "Iyz")
 _UPPER = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))
 
@@ -71,9 +70,27 @@ def _bodies(mech, bodies):
 
 
 def parameter_labels(mech: Mechanism, bodies=None) -> tuple[str, ...]:
-    """Names ``body.m``, ``body.mx``, ... of the entries of `inertial_parameters`."""
-    names = _PLANAR if mech.planar else _SPATIAL
+    """Names ``body.m``, ``body.mx``, ... of the entries of `inertial_parameters`, axes named as
+    in the model's file (``mech.axis_names``: ``mx, mz, Iyy`` for a model drawn in the xz-plane)."""
+    x, y, z = mech.axis_names
+    z = z.lstrip("-")  # I about -y is I about y
+    names = ("m", f"m{x}", f"m{y}", f"I{z}{z}") if mech.planar else _SPATIAL
     return tuple(f"{mech.body_names[i]}.{p}" for i in _bodies(mech, bodies) for p in names)
+
+
+def unit(label: str) -> str:
+    """The unit of a parameter named as in `parameter_labels`, `Free.labels` (a ``log_`` entry
+    has the unit of the quantity whose logarithm it is) or `TrajectoryFit.value_labels`."""
+    field = label.rsplit(".", 1)[-1].removeprefix("log_")
+    if field in ("m", "mass"):
+        return "kg"
+    if "position" in field or field.startswith("com_"):
+        return "m"
+    if field.startswith("chol_"):  # P = L L^T: row 3 of L carries the mass, the rest m sqrt(kg)
+        return "kg^1/2" if field[5] == "3" else "kg^1/2 m"
+    if field.startswith("m"):  # m x, m y, m z
+        return "kg m"
+    return "kg m^2"
 
 
 def inertial_parameters(mech: Mechanism, bodies=None) -> Float[Array, " p"]:
@@ -96,7 +113,7 @@ def with_inertial_parameters(mech: Mechanism, pi: Float[Array, " p"], bodies=Non
     `inertial_parameters`; needs ``m != 0``). Planar bodies keep their ``com_z`` and the inertia
     entries other than ``Izz``, which planar dynamics does not see."""
     chosen = _bodies(mech, bodies)
-    size = len(_PLANAR if mech.planar else _SPATIAL)
+    size = 4 if mech.planar else len(_SPATIAL)
     pi = jnp.asarray(pi)
     if pi.shape != (size * len(chosen),):
         raise ValueError(
@@ -192,11 +209,14 @@ class Identification(NamedTuple):
     dof: int
     confidence: float
 
-    def summary(self) -> str:
-        lines = [f"rank {self.rank} of {len(self.labels)}, noise std {self.noise_std:.3g}"]
+    def summary(self, noise_unit: str = "") -> str:
+        """Rank, noise (in ``noise_unit``, the data's), estimates with units, what is unknown."""
+        noise = f"{self.noise_std:.3g} {noise_unit}".rstrip()
+        lines = [f"rank {self.rank} of {len(self.labels)}, noise std {noise}"]
         for k, label in enumerate(self.labels):
             if self.identifiable[k]:
-                lines.append(f"  {label:>16} = {self.estimate[k]:.6g} +- {self.std_error[k]:.2g}")
+                value = f"{self.estimate[k]:.6g} +- {self.std_error[k]:.2g}"
+                lines.append(f"  {label:>16} = {value} {unit(label)}")
         lines += [f"  not identifiable: {name}" for name in self.unidentifiable]
         return "\n".join(lines)
 

@@ -59,6 +59,10 @@ class Mechanism(eqx.Module):
     MuJoCo's ``qpos0``): a starting point for assembly and simulation. Springs are linear
     point-to-point spring-dampers between ``spring_point_a`` on body ``spring_bodies[k][0]`` and
     ``spring_point_b`` on body ``spring_bodies[k][1]`` (body coordinates, -1: ground).
+    ``axis_names``: what the world's x, y and z axes are in the axes of the file the model was
+    loaded from (``("x", "z", "-y")`` for a planar model drawn in an MJCF file's xz-plane, which
+    `loopdyn.io.mjcf` turns into the xy-plane); world and body-frame vectors keep their numbers,
+    only their axes' names change.
     """
 
     mass: Float[Array, " n"]
@@ -93,6 +97,14 @@ class Mechanism(eqx.Module):
     topology: Topology = eqx.field(static=True)
     spring_names: tuple[str, ...] = eqx.field(static=True)
     spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
+    axis_names: tuple[str, str, str] = eqx.field(static=True, default=("x", "y", "z"))
+
+    @property
+    def plane_axes(self) -> tuple[str, str]:
+        """Names of the world's first two axes, the plane of a planar mechanism, in the axes of
+        the file it came from: ``("x", "z")`` for a model drawn in a file's xz-plane (see
+        ``axis_names``), ``("x", "y")`` otherwise. Label in-plane pairs (positions, forces) by these."""
+        return self.axis_names[:2]
 
     @property
     def num_bodies(self) -> int:
@@ -113,6 +125,16 @@ class Mechanism(eqx.Module):
     def actuated(self) -> tuple[int, ...]:
         """Indices into q of the actuated coordinates."""
         return tuple(self.coordinate_names.index(a) for a in self.actuator_names)
+
+    @property
+    def coordinate_units(self) -> tuple[str, ...]:
+        """Unit of each coordinate: "m" for a prismatic joint, else "rad" (rates: "/s" added)."""
+        return tuple("m" if kind == "prismatic" else "rad" for kind in self.joint_kinds)
+
+    @property
+    def force_units(self) -> tuple[str, ...]:
+        """Unit of each generalized force: "N" for a prismatic joint, else "N m"."""
+        return tuple("N" if unit == "m" else "N m" for unit in self.coordinate_units)
 
     def body_index(self, name: str) -> int:
         if name not in self.body_names:

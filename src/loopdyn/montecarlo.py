@@ -35,6 +35,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -376,6 +377,24 @@ def _axis(mech, name, shape):
     return dim, [f"{name}[{c}]" for c in names]
 
 
+def _units(mech, name, default=True):
+    """The unit of every column of summary ``name``: the solver's `DIAGNOSTICS` and those of the
+    default `summaries` (when ``default``); none where unknown."""
+    actuators = [mech.force_units[k] for k in mech.actuated]
+    units = {
+        "q_final": list(mech.coordinate_units),
+        "qd_final": [f"{unit}/s" for unit in mech.coordinate_units],
+        "energy_drift": ["J"],
+        "max_closure": ["m"],
+        "actuator_rms": actuators,
+        "actuator_peak": actuators,
+        "reaction_peak": ["N"] * len(mech.joint_names),
+        "min_conditioning": ["1"],
+    }
+    diagnostics = {"steps": ["1"], "rejected_steps": ["1"], "t_reached": ["s"]}
+    return diagnostics.get(name) or (units.get(name, []) if default else [])
+
+
 def _create(path, mech, sampler, n, chunk, options, seed, study, ts):
     """A new store with every array sized for ``n`` runs, chunked by ``chunk`` along ``run``."""
     import zarr
@@ -419,6 +438,13 @@ def _create(path, mech, sampler, n, chunk, options, seed, study, ts):
             "loopdyn_montecarlo": study,
             "params_labels": list(labels),
             "summary_labels": {k: _axis(mech, k, v.shape)[1] for k, v in probe.summary.items()},
+            "summary_units": {
+                label: unit
+                for k, v in probe.summary.items()
+                for label, unit in zip(
+                    _axis(mech, k, v.shape)[1], _units(mech, k, options.summarize is None)
+                )
+            },
             "codes": {str(k): v for k, v in CODES.items()},
         }
     )
@@ -463,6 +489,12 @@ def _barrier(name):
         multihost_utils.sync_global_devices(name)
 
 
+def default_chunk(n: int, devices: int = 1) -> int:
+    """Runs per chunk when none is given: about 20 chunks, so progress shows in 5 % steps, but at
+    least 16 runs per device (a batch that keeps each device busy) and at most 1000."""
+    return int(min(n, 1000, max(-(-n // 20), 16 * devices)))
+
+
 def run(
     mech: Mechanism,
     sampler: Callable,
@@ -470,7 +502,7 @@ def run(
     out,
     *,
     options: Options = Options(),
-    chunk: int = 1000,
+    chunk: int | None = None,
     seed: int = 0,
     resume: bool = False,
     devices: Sequence[jax.Device] | None = None,
@@ -481,8 +513,9 @@ def run(
 
     ``sampler(mech, key, index) -> Sample`` (e.g. `tolerances`; ``index`` is the run's number,
     for samplers that need it, e.g. to take designs from a table). Chunks of ``chunk`` runs are one
-    sharded, jitted batch each (`sharding.batch` over ``devices``, default all local devices);
-    a progress bar shows runs/s and the time left. ``resume=True`` continues a store of the same
+    sharded, jitted batch each (`sharding.batch` over ``devices``, default all local devices;
+    ``chunk=None``: `default_chunk`); a progress bar shows runs/s and the time left, after a line
+    saying that the first chunk compiles the program. ``resume=True`` continues a store of the same
     study, computing only the chunks not marked done; without it an existing ``out`` is an error.
     Under `jax.distributed` (several processes) every process takes the chunks ``c`` with
     ``c % process_count == process_index`` and writes them into the same store (a filesystem all
@@ -495,13 +528,14 @@ def run(
     if not isinstance(mech, Mechanism):
         raise TypeError(f"montecarlo.run: mech must be a Mechanism, got {type(mech).__name__}")
     check_sampler(mech, sampler)
+    devices = tuple(jax.local_devices() if devices is None else devices)
+    chunk = default_chunk(n, len(devices)) if chunk is None else chunk
     if int(n) < 1 or int(chunk) < 1:
         raise ValueError(f"montecarlo.run: n and chunk must be positive, got n={n}, chunk={chunk}")
     n, chunk, seed = int(n), min(int(chunk), int(n)), int(seed)
     options = options.checked(mech)
     study = _study(mech, sampler, n, chunk, options, seed)
     rank, processes = jax.process_index(), jax.process_count()
-    devices = tuple(jax.local_devices() if devices is None else devices)
     if rank == 0:  # the others wait for it at the barrier
         if os.path.exists(os.path.join(os.fspath(out), "zarr.json")):
             if not resume:
@@ -522,12 +556,18 @@ def run(
     function = _chunk_function(sampler, options, seed, devices)
     already = sum(min(chunk, n - c * chunk) for c in mine if done[c])
     total = sum(min(chunk, n - c * chunk) for c in mine)
+    if todo and progress:  # the bar stays at its start through the compile: say so
+        print(f"compiling the program of a chunk of {chunk} runs ...", file=sys.stderr, flush=True)
     with tqdm(total=total, initial=already, unit="run", disable=not progress, smoothing=0.3) as bar:
-        for c in todo:
+        for number, c in enumerate(todo):
+            start = time.perf_counter()
             indices = np.arange(c * chunk, min(n, (c + 1) * chunk))
             padded = np.pad(indices, (0, chunk - len(indices)), mode="edge")  # one compiled shape
             count = len(indices)
             outcome = jax.tree.map(lambda x, k=count: np.asarray(x)[:k], function(mech, padded))
+            if number == 0 and progress:
+                seconds = time.perf_counter() - start
+                bar.write(f"first chunk, compile included: {seconds:.1f} s", file=sys.stderr)
             _write(group, c, chunk, outcome, indices)
             bar.update(len(indices))
             if verbose:
@@ -562,7 +602,8 @@ def _number(x):
 def statistics(out, quantiles: Sequence[float] = (0.05, 0.5, 0.95)) -> dict:
     """Counts by result code and, over the successful runs of the chunks done, the mean, standard
     deviation and ``quantiles`` of every summary column (``None`` where undefined, e.g. without
-    successful runs). Returns a dict that is strict JSON (no NaN)."""
+    successful runs), and ``units``: each column's unit where known. Returns a dict that is
+    strict JSON (no NaN)."""
     import zarr
 
     group = zarr.open_group(os.fspath(out), mode="r")
@@ -578,7 +619,8 @@ def statistics(out, quantiles: Sequence[float] = (0.05, 0.5, 0.95)) -> dict:
         row["std"] = np.std(v, ddof=1) if v.size > 1 else None
         row |= {f"q{100 * q:g}": np.quantile(v, q) if v.size else None for q in quantiles}
         columns[label] = {k: _number(x) for k, x in row.items()}
-    return {"runs": n, "done": int(done.sum()), "codes": counts, "columns": columns}
+    units = group.attrs.get("summary_units", {})
+    return {"runs": n, "done": int(done.sum()), "codes": counts, "columns": columns, "units": units}
 
 
 def histograms(out, labels: Sequence[str], path=None, bins: int = 40):
@@ -599,5 +641,6 @@ def histograms(out, labels: Sequence[str], path=None, bins: int = 40):
     for k, label in enumerate(labels):
         ax = fig.add_subplot(rows, cols, k + 1)
         ax.hist(columns[label][ok], bins=bins)
-        ax.set(xlabel=label, ylabel="runs")
+        unit = group.attrs.get("summary_units", {}).get(label)
+        ax.set(xlabel=f"{label} [{unit}]" if unit else label, ylabel="runs")
     return save_figure(fig, path, dpi=100)

@@ -36,7 +36,6 @@ from jaxtyping import Array, Float
 from .mechanism import Mechanism
 
 _TRIL = np.tril_indices(4, -1)
-_AXES = "xyz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +160,7 @@ def free(
         blocks.append(Block("log", "mass", (i,), labels=(f"{name}.log_mass",)))
     for name in com:
         i = _body(mech, name, "com")
-        labels = tuple(f"{name}.com_{_AXES[k]}" for k in axes)
+        labels = tuple(f"{name}.com_{mech.axis_names[k]}" for k in axes)
         blocks.append(Block("value", "com", (i,), axes, labels))
     for name in inertias:
         i = _body(mech, name, "inertias")
@@ -175,7 +174,7 @@ def free(
     for names, side in ((placements, "a"), (child_placements, "b")):
         for name in names:
             field, i = _joint(mech, name, side, "placements" if side == "a" else "child_placements")
-            labels = tuple(f"{name}.{field}_{_AXES[k]}" for k in axes)
+            labels = tuple(f"{name}.{field}_{mech.axis_names[k]}" for k in axes)
             blocks.append(Block("value", field, (i,), axes, labels))
     seen = set()
     for b in blocks:

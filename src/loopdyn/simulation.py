@@ -536,12 +536,11 @@ def save(path, simulation: Simulation, mech: Mechanism | None = None, **extra):
         **extra,
     }
     if mech is not None:
-        slide = [kind == "prismatic" for kind in mech.joint_kinds]
         units = {
             "ts": "s",
-            "q": ["m" if p else "rad" for p in slide],
-            "qd": ["m/s" if p else "rad/s" for p in slide],
-            "tau": ["N" if p else "N m" for p in slide],
+            "q": list(mech.coordinate_units),
+            "qd": [f"{unit}/s" for unit in mech.coordinate_units],
+            "tau": list(mech.force_units),
             "lam": "N for point rows, N m for angle rows",
             "loop_residual": ["m (|Phi|, angle rows in rad)", "m/s (|J qd|)"],
             "energy": "J",

@@ -43,6 +43,8 @@ The mapping, MuJoCo -> loopdyn:
   so gravity becomes ``(0, -9.81, 0)``. Coordinates, the mass matrix and the bias forces are
   unchanged by it; loop rows and their multipliers are in the turned world axes, and
   `kinematics.body_poses` returns the turned poses, the file's being ``(R^T p, R^T R_b R)``.
+  The mechanism's ``axis_names`` name the turned axes in the file's terms (``("x", "z", "-y")``
+  for the usual drawing), and results, summaries and figures label in-plane pairs by them.
   Spatial models and planar ones in the xy-plane are not turned (``R`` is the identity). A
   closed-loop mechanism that moves in parallel planes but fails this test (gravity out of its
   plane, or a body frame tilted out of it) is refused unless ``planar=False``: as a spatial model
@@ -64,6 +66,7 @@ cameras, lights, keyframes, the time step and the integrator.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from typing import TYPE_CHECKING, NamedTuple
@@ -161,7 +164,7 @@ def _load(source, planar, unsupported):
         for j in range(model.njnt)
         if model.jnt_type[j] in (_SLIDE, _HINGE)
     }
-    mech = builder.build(q0=q0)
+    mech = dataclasses.replace(builder.build(q0=q0), axis_names=_axis_names(turn))
     _warn_open_connects(model)
     return mech, turn
 
@@ -519,6 +522,19 @@ def _plane_rotation(normal, gravity):
     if right[np.argmax(np.abs(right))] < 0:
         right, normal = -right, -normal
     return np.array([right, up, normal])
+
+
+def _axis_names(turn):
+    """The file's names of the turned world's axes, the rows of ``turn``: "z" or "-y" where a
+    row is a file axis, else its direction in the file's axes, e.g. "(0.6, 0, 0.8)"."""
+    names = []
+    for row in turn:
+        k = int(np.argmax(np.abs(row)))
+        if abs(abs(row[k]) - 1.0) < _TOL:
+            names.append(("-" if row[k] < 0 else "") + "xyz"[k])
+        else:
+            names.append("(" + ", ".join(f"{c:.3g}" for c in row + 0.0) + ")")
+    return tuple(names)
 
 
 def _turned_spec(turn, spec):
