@@ -601,8 +601,17 @@ def _model(worldbody="", extra=""):
             "actuator 'pull' does not act on a joint",
         ),
         (
-            _model('<body name="limb"><joint name="knee" damping="0.1"/><geom size="0.1"/></body>'),
-            "joint 'knee' has damping",
+            _model(
+                '<body name="limb"><joint name="knee" frictionloss="0.1"/><geom size="0.1"/></body>'
+            ),
+            "joint 'knee' has frictionloss",
+        ),
+        (
+            _model(
+                '<body name="limb"><joint name="hip" type="ball" damping="0.1"/>'
+                '<geom size="0.1"/></body>'
+            ),
+            "joint 'hip' has damping",
         ),
         (
             _model(extra='<contact><pair name="touch" geom1="g1" geom2="g2"/></contact>'),
@@ -625,13 +634,13 @@ def test_refuses_what_it_cannot_represent(xml, message):
 
 def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warning():
     xml = _model(
-        '<body name="limb"><joint name="knee" damping="0.1"/><geom size="0.1"/></body>',
+        '<body name="limb"><joint name="knee" frictionloss="0.1"/><geom size="0.1"/></body>',
         '<tendon><fixed name="cable"><joint joint="hinge" coef="1"/></fixed></tendon>'
         '<equality><connect name="pin" body1="hand" body2="world" anchor="1 0 0" active="false"/>'
         '</equality><actuator><position name="servo" joint="hinge" kp="10"/>'
         '<motor name="drive" joint="wrist"/></actuator>',
     )
-    listed = ("joint 'knee' has damping", "tendon 'cable'", "equality 'pin': inactive")
+    listed = ("joint 'knee' has frictionloss", "tendon 'cable'", "equality 'pin': inactive")
     listed += ("actuator 'servo' is not a motor",)
     with pytest.raises(ValueError, match="uses 4 feature") as refused:
         load_mjcf(xml)

@@ -1,4 +1,5 @@
-"""Mechanical energy: kinetic ``T = 1/2 qd^T I qd``, gravity and spring potentials.
+"""Mechanical energy: kinetic ``T = 1/2 qd^T I qd`` (the joints' armature included), gravity and
+spring potentials (point-to-point springs and the joints' own stiffness).
 
 Conservation of their sum is the standard check of a conservative simulation.
 """
@@ -13,19 +14,23 @@ from .mechanism import Mechanism
 def kinetic_energy(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> Float[Array, ""]:
-    """``1/2 sum_i t_i^T M_i t_i`` over the body twists (equal to ``1/2 qd^T I qd``)."""
+    """``1/2 sum_i t_i^T M_i t_i`` over the body twists plus ``1/2 sum_i armature_i qd_i^2``
+    (equal to ``1/2 qd^T I qd``)."""
     t = tree.twists(mech, q, qd)
-    return 0.5 * jnp.einsum("ni,nij,nj->", t, tree.body_inertias(mech), t)
+    bodies = 0.5 * jnp.einsum("ni,nij,nj->", t, tree.body_inertias(mech), t)
+    return bodies + 0.5 * jnp.sum(mech.armature * qd**2)
 
 
 def potential_energy(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, ""]:
     """Gravity potential ``-sum_i m_i g . r_i`` (``r_i`` the world centre of mass) plus the
-    elastic energy ``1/2 k (L - L0)^2`` of every spring."""
+    elastic energy ``1/2 k (L - L0)^2`` of every spring and ``1/2 k_i (q_i - springref_i)^2``
+    of every joint's stiffness."""
     position, rotation = tree.forward_kinematics(mech, q)
     com = position + jnp.einsum("nij,nj->ni", rotation, mech.com)
     gravity = -jnp.sum(mech.mass * (com @ mech.gravity))
     stretch = forces.spring_lengths(mech, q) - mech.spring_rest_length
-    return gravity + 0.5 * jnp.sum(mech.spring_stiffness * stretch**2)
+    joints = 0.5 * jnp.sum(mech.stiffness * (q - mech.springref) ** 2)
+    return gravity + 0.5 * jnp.sum(mech.spring_stiffness * stretch**2) + joints
 
 
 def total_energy(mech: Mechanism, q, qd) -> Float[Array, ""]:

@@ -1,4 +1,5 @@
-"""Force elements: linear point-to-point spring-dampers, as body wrenches for the tree algorithms.
+"""Force elements: linear point-to-point spring-dampers, as body wrenches for the tree algorithms,
+and the joints' own springs and dampers, as generalized forces (`joint_forces`).
 
 A spring between point ``a`` on one body and point ``b`` on another has length ``L = |r_b - r_a|``
 and tension ``T = k (L - L0) + c dL/dt``. It pulls ``b`` towards ``a`` with ``-T u`` and ``a``
@@ -67,3 +68,9 @@ def spring_wrenches(
                 force = rotation[body].T @ (sign * tension * unit)
                 wrench = wrench.at[body].add(jnp.concatenate([jnp.cross(point, force), force]))
     return wrench[:, jnp.array(spatial.PLANAR_ROWS)] if mech.planar else wrench
+
+
+def joint_forces(mech: Mechanism, q: Float[Array, "... n"], qd: Float[Array, "... n"]):
+    """The joints' passive generalized forces ``-damping qd - stiffness (q - springref)``
+    (MuJoCo's joint damping and stiffness; the armature is an inertia, in `tree`)."""
+    return -mech.damping * qd - mech.stiffness * (q - mech.springref)

@@ -2,8 +2,9 @@
 
 Given a state ``(q, qd, qdd)`` that satisfies the loop constraints at position, velocity and
 acceleration level, the unknowns are the actuator forces ``u`` and the multipliers ``lambda`` of
-the cut joints. With the spanning tree's joint forces ``tau_id = I qdd + C qd + g - N^T f_spring``
-from the recursive Newton-Euler pass (seed 002 eq. 10, left-hand side), they satisfy
+the cut joints. With the spanning tree's joint forces ``tau_id = I qdd + C qd + g - N^T f_spring
+- tau_joints`` from the recursive Newton-Euler pass (seed 002 eq. 10, left-hand side; the
+joints' armature in ``I``, their dampers and springs in ``tau_joints``), they satisfy
 
     tau_id = B u + J^T lambda                       (seed 002 eqs. 10, 14; seed 000 eq. 10)
 
@@ -481,7 +482,10 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     position, rotation = tree.forward_kinematics(mech, q)
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     carried = tree.joint_wrenches(mech, q, qd, qdd, springs)  # tips -> base, without the loops
-    tau_id = jnp.sum(tree.motion_subspaces(mech) * carried, axis=-1)
+    # The joints' own elements: the armature takes armature qdd, dampers and springs give back
+    # forces.joint_forces; the rest is what actuators and loops supply.
+    passive = mech.armature * qdd - forces.joint_forces(mech, q, qd)
+    tau_id = jnp.sum(tree.motion_subspaces(mech) * carried, axis=-1) + passive
     phi, jac, bias = kinematics.loop_terms(mech, q, qd)
     scales = (1.0, 1.0 + jnp.max(jnp.abs(qd)), 1.0 + jnp.max(jnp.abs(qdd)) + jnp.max(qd**2))
     levels = (phi, jac @ qd, jac @ qdd + bias)
@@ -626,10 +630,18 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     whose work on the joint twist is the actuator force; a cut joint transmits its constraint
     rows' wrenches (`_row_wrenches`) times the multipliers. Equations: for each rigid body, the
     wrenches from its parents' joints minus those to its children's equal its inertia wrench less
-    gravity and springs. One dense solve (LU; least squares where the system is not square)."""
+    gravity and springs. The joints' own elements (armature, dampers, springs) are known joint
+    wrenches: a couple about a revolute axis, a force along a prismatic one, whose work on the
+    joint twist is ``tau_joints - armature qdd``. One dense solve (LU; least squares where the
+    system is not square)."""
     dim, n = mech.dim, mech.num_bodies
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     position, rotation, s, body_wrench = tree.body_wrenches(mech, q, qd, qdd, springs)
+    known = forces.joint_forces(mech, q, qd) - mech.armature * qdd
+    turns = np.array([kind != "prismatic" for kind in mech.joint_kinds])[:, None]
+    part = np.arange(dim)[None] < (1 if mech.planar else 3)  # the angular rows of s
+    pure = jnp.where(part == turns, s, 0.0)  # couple about the axis, or force along it
+    joint_wrench = pure * (known / jnp.sum(pure * s, axis=-1))[:, None]  # work known on s
     internal = {k for j in mech.joint_names for k in _chain(mech, j)[:-1]}
     rigid = [k for k in range(n) if k not in internal]
     if mech.cut_joints:
@@ -661,6 +673,10 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
             if body >= 0:
                 rows = slice(row_of[body] * dim, (row_of[body] + 1) * dim)
                 matrix = matrix.at[rows, first : first + basis.shape[1]].set(sign * basis)
+    for k, parent in enumerate(mech.parent):  # known wrenches: + on the child, - on the parent
+        body_wrench = body_wrench.at[k].add(-joint_wrench[k])
+        if parent >= 0:
+            body_wrench = body_wrench.at[parent].add(joint_wrench[k])
     rhs = jnp.concatenate([body_wrench[k] for k in rigid])
     if matrix.shape[0] == matrix.shape[1]:
         x = jnp.linalg.solve(matrix, rhs)
@@ -675,7 +691,11 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
             actuator[chain[0]] = twist @ w
         if not chain:
             lam[[cut.name for cut in mech.cut_joints].index(name)] = xj
-    spatial_wrenches = kinematics._spatial(mech, jnp.stack(wrenches))
+    carried = [  # a tree joint carries its own elements' known wrench too
+        w + sum((joint_wrench[k] for k in _chain(mech, name)), 0.0)
+        for w, name in zip(wrenches, mech.joint_names)
+    ]
+    spatial_wrenches = kinematics._spatial(mech, jnp.stack(carried))
     points = jnp.stack([point for *_, point, _ in columns])
     reactions = jax.vmap(_about)(points, spatial_wrenches)
     ground = jnp.zeros(6, q.dtype)

@@ -59,6 +59,9 @@ class Mechanism(eqx.Module):
     MuJoCo's ``qpos0``): a starting point for assembly and simulation. Springs are linear
     point-to-point spring-dampers between ``spring_point_a`` on body ``spring_bodies[k][0]`` and
     ``spring_point_b`` on body ``spring_bodies[k][1]`` (body coordinates, -1: ground).
+    Each coordinate's passive joint elements, as MuJoCo's: ``armature`` (a rotor inertia added to
+    the diagonal of the mass matrix), ``damping`` and ``stiffness`` about ``springref`` (the
+    generalized force ``-damping qd - stiffness (q - springref)``, `forces.joint_forces`).
     ``axis_names``: what the world's x, y and z axes are in the axes of the file the model was
     loaded from (``("x", "z", "-y")`` for a planar model drawn in an MJCF file's xz-plane, which
     `loopdyn.io.mjcf` turns into the xy-plane); world and body-frame vectors keep their numbers,
@@ -85,6 +88,10 @@ class Mechanism(eqx.Module):
     spring_stiffness: Float[Array, " s"]
     spring_damping: Float[Array, " s"]
     spring_rest_length: Float[Array, " s"]
+    armature: Float[Array, " n"]
+    damping: Float[Array, " n"]
+    stiffness: Float[Array, " n"]
+    springref: Float[Array, " n"]
 
     planar: bool = eqx.field(static=True)
     body_names: tuple[str, ...] = eqx.field(static=True)
@@ -165,6 +172,7 @@ class _Joint:
     cut: bool
     actuated: bool
     coordinate: str
+    passive: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # armature .. springref
 
 
 def _vector(value, size, what):
@@ -288,8 +296,15 @@ class MechanismBuilder:
         child_rotation=None,
         cut: bool = False,
         actuated: bool = False,
+        armature: float = 0.0,
+        damping: float = 0.0,
+        stiffness: float = 0.0,
+        springref: float = 0.0,
     ) -> MechanismBuilder:
-        """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames)."""
+        """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames).
+        A revolute or prismatic tree joint may carry passive elements: ``armature`` (rotor
+        inertia, kg m^2 or kg), ``damping`` (N m s or N s), ``stiffness`` (N m or N/m) pulling
+        towards ``springref`` (rad or m), as MuJoCo's joint attributes of the same names."""
         taken = {j.name for j in self._joints} | {j.coordinate for j in self._joints}
         new = [name] + [f"{name}[{k}]" for k in range(len(CHAIN_AXES.get(kind, ())))]
         clash = [n for n in new if n in taken]
@@ -334,6 +349,17 @@ class MechanismBuilder:
             raise ValueError(
                 f"joint {name!r}: only revolute or prismatic tree joints can be actuated"
             )
+        passive = (armature, damping, stiffness, springref)
+        for what, value in zip(("armature", "damping", "stiffness", "springref"), passive):
+            if not isinstance(value, numbers.Real) or not np.isfinite(value):
+                raise ValueError(f"joint {name!r}: {what} must be a finite number, got {value!r}")
+            if what != "springref" and value < 0:
+                raise ValueError(f"joint {name!r}: {what} must be >= 0, got {value}")
+        if any(passive) and (common["cut"] or kind not in TREE_KINDS):
+            raise ValueError(
+                f"joint {name!r}: armature, damping and stiffness act on the coordinate of a "
+                "revolute or prismatic tree joint"
+            )
         if kind in CHAIN_AXES and not common["cut"]:
             if self.planar:
                 raise ValueError(
@@ -344,7 +370,14 @@ class MechanismBuilder:
             raise ValueError(f"joint {name!r}: a {kind} joint can only be a cut joint (cut=True)")
         else:
             self._joints.append(
-                _Joint(name=name, kind=kind, actuated=actuated, coordinate=name, **common)
+                _Joint(
+                    name=name,
+                    kind=kind,
+                    actuated=actuated,
+                    coordinate=name,
+                    passive=tuple(float(v) for v in passive),
+                    **common,
+                )
             )
         return self
 
@@ -510,6 +543,10 @@ class MechanismBuilder:
             spring_stiffness=stack([sp[5] for sp in self._springs], ()),
             spring_damping=stack([sp[6] for sp in self._springs], ()),
             spring_rest_length=stack([sp[7] for sp in self._springs], ()),
+            **{
+                field: stack([j.passive[k] for j in joints], ())
+                for k, field in enumerate(("armature", "damping", "stiffness", "springref"))
+            },
             spring_names=tuple(sp[0] for sp in self._springs),
             spring_bodies=tuple((index[sp[1]], index[sp[2]]) for sp in self._springs),
             planar=self.planar,

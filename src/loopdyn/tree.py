@@ -381,11 +381,18 @@ class _Parameters(NamedTuple):
     com: Array  # (n, 3)
     inertia: Array  # (n, 3, 3)
     gravity: Array  # (d,)
+    armature: Array  # (n,) added to the diagonal of the mass matrix
 
 
 def _parameters(mech) -> _Parameters:
     return _Parameters(
-        _pose_terms(mech), _subspaces(mech), mech.mass, mech.com, mech.inertia, _gravity(mech)
+        _pose_terms(mech),
+        _subspaces(mech),
+        mech.mass,
+        mech.com,
+        mech.inertia,
+        _gravity(mech),
+        mech.armature,
     )
 
 
@@ -656,13 +663,14 @@ def _joint_forces(mech, frames, f_ext):
 
 
 def _inverse_dynamics(mech, params, q, qd, qdd, f_ext):
-    return _joint_forces(mech, _frames(mech, params, q, qd, qdd), f_ext)
+    return _joint_forces(mech, _frames(mech, params, q, qd, qdd), f_ext) + params.armature * qdd
 
 
 @eqx.filter_jit
 def inverse_dynamics(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "... n"]:
     """Joint forces ``tau = I qdd + C qd + gravity - (external)`` by the recursive Newton-Euler
-    (DeNOC) algorithm (seed 000 eq. 6 without multipliers)."""
+    (DeNOC) algorithm (seed 000 eq. 6 without multipliers), the joints' armature in ``I``; their
+    dampers and springs are not included (`loopdyn.forces.joint_forces`)."""
     core = functools.partial(_inverse_dynamics, mech)
     return _batched(mech, core, f_ext, q=q, qd=qd, qdd=qdd)
 
@@ -675,7 +683,8 @@ def bias_forces(mech: Mechanism, q, qd, f_ext=None) -> Float[Array, "... n"]:
 def mass_matrix(mech: Mechanism, q) -> Float[Array, "... n n"]:
     """Generalized inertia matrix ``I = N^T M N`` (seed 000 eq. 7) by the composite-body
     recursion: ``I_ij = p_j . (C_i p_i)`` for ``j`` on the path from ``i`` to the ground, with
-    ``C_i`` the extended mass matrix of the subtree at ``i``."""
+    ``C_i`` the extended mass matrix of the subtree at ``i``, plus the joints' armature on the
+    diagonal."""
     return mass_matrix_blocks(mech, q, ((0, mech.num_bodies),))[0]
 
 
@@ -689,8 +698,9 @@ def _on_path(parent: tuple[int, ...]) -> np.ndarray:
     return on_path
 
 
-def _inertia_blocks(mech, frames, ranges):
-    """The diagonal blocks of ``I`` over the coordinate ``ranges`` from the `_frames`."""
+def _inertia_blocks(mech, params, frames, ranges):
+    """The diagonal blocks of ``I`` over the coordinate ``ranges`` from the `_frames`, the
+    joints' armature on the diagonal."""
     force = _momentum(mech.planar, _subtree_sums(mech, frames.inertia), frames.subspace)
     on_path, s = _on_path(mech.parent), frames.subspace
     blocks = []
@@ -698,12 +708,13 @@ def _inertia_blocks(mech, frames, ranges):
         k = slice(start, stop)
         lower = jnp.where(on_path[k, k][..., None], _dot(force[k, None], s[None, k]), 0.0)
         diagonal = np.eye(stop - start, dtype=bool)[..., None]
-        blocks.append(lower + jnp.where(diagonal, 0.0, jnp.swapaxes(lower, 0, 1)))
+        upper = jnp.where(diagonal, params.armature[k, None], jnp.swapaxes(lower, 0, 1))
+        blocks.append(lower + upper)
     return blocks
 
 
 def _mass_matrix_blocks(mech, ranges, params, q, _):
-    return _inertia_blocks(mech, _frames(mech, params, q), ranges)
+    return _inertia_blocks(mech, params, _frames(mech, params, q), ranges)
 
 
 @eqx.filter_jit
@@ -726,9 +737,9 @@ def _articulated(mech, params, frames, tau, f_ext):
     bias = _cross_force(mech.planar, t, momentum) - _external(mech, frames, f_ext)
 
     def backward(total, inputs):  # tips -> base: articulated inertia and bias wrench
-        (art, bias_w), (s_i, c, tau_i) = total, inputs
+        (art, bias_w), (s_i, c, tau_i, armature) = total, inputs
         u_vec = _mv(art, s_i)
-        d_inv = 1.0 / _dot(s_i, u_vec)
+        d_inv = 1.0 / (_dot(s_i, u_vec) + armature)
         u = tau_i - _dot(s_i, bias_w)
         gain = u_vec * d_inv[..., None, :]
         to_parent = (
@@ -738,7 +749,7 @@ def _articulated(mech, params, frames, tau, f_ext):
         return (u_vec, d_inv, u), to_parent
 
     inertia = _inertia_matrix(mech.planar, frames.inertia)
-    solved = _up(mech, backward, (inertia, bias), (s, bias_acc, tau))
+    solved = _up(mech, backward, (inertia, bias), (s, bias_acc, tau, params.armature))
 
     def forward(above, inputs):  # base -> tips: accelerations
         (s_i, c, (u_vec, d_inv, u)) = inputs
@@ -752,7 +763,8 @@ def _articulated(mech, params, frames, tau, f_ext):
 @eqx.filter_jit
 def forward_dynamics(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, "... n"]:
     """Joint accelerations of the open tree under ``tau`` and body wrenches ``f_ext`` by the O(n)
-    articulated-body recursion: solves ``I qdd = tau - C qd - gravity + N^T f_ext``."""
+    articulated-body recursion: solves ``I qdd = tau - C qd - gravity + N^T f_ext`` (armature in
+    ``I``; ``tau`` without the joints' dampers and springs, which `loopdyn.forward` adds)."""
     core = functools.partial(_forward_dynamics, mech)
     return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
 
@@ -791,7 +803,7 @@ def body_motion(mech: Mechanism, q, qd=None) -> Motion:
 def _subsystem_terms(mech, ranges, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
     qdd = _articulated(mech, params, frames, tau, f_ext)
-    return qdd, _inertia_blocks(mech, frames, ranges), _motion(params, frames)
+    return qdd, _inertia_blocks(mech, params, frames, ranges), _motion(params, frames)
 
 
 @eqx.filter_jit
@@ -807,7 +819,7 @@ def subsystem_terms(
 
 def _system_terms(mech, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
-    (mass,) = _inertia_blocks(mech, frames, ((0, mech.num_bodies),))
+    (mass,) = _inertia_blocks(mech, params, frames, ((0, mech.num_bodies),))
     return tau - _joint_forces(mech, frames, f_ext), mass, _motion(params, frames)
 
 

@@ -49,12 +49,14 @@ The mapping, MuJoCo -> loopdyn:
   closed-loop mechanism that moves in parallel planes but fails this test (gravity out of its
   plane, or a body frame tilted out of it) is refused unless ``planar=False``: as a spatial model
   its connect/weld constraints would have rows that vanish identically.
+- A hinge's or slide's ``armature``, ``damping`` and ``stiffness`` (about ``springref``) become the
+  coordinate's passive elements (`loopdyn.mechanism.Mechanism`), as MuJoCo applies them.
 - Unnamed bodies, joints and equalities are named ``body<id>``, ``joint<id>`` and
   ``equality<id>``, with MuJoCo's element id.
 
 Joint limits are ignored with a warning (loopdyn enforces none). What loopdyn cannot represent
-is listed all at once, each element named, in one ``ValueError``: free joints, joint stiffness,
-damping, armature and friction loss, mocap bodies, gravity compensation, tendons, flexes,
+is listed all at once, each element named, in one ``ValueError``: free joints, a ball joint's
+stiffness, damping or armature, polynomial stiffness or damping, friction loss, mocap bodies, gravity compensation, tendons, flexes,
 explicit contact pairs, equality constraints other than active connect/weld, actuators other
 than a joint motor, and fluid forces. With ``unsupported="warn"`` the model loads without them
 (one warning lists what the simulation leaves out: those equalities and actuators are dropped,
@@ -302,12 +304,15 @@ def _joint_problems(model, j):
             "they are ignored",
             stacklevel=6,  # load_mjcf's caller
         )
+    ball = kind == _BALL  # a hinge or slide keeps linear stiffness, damping and armature
     return [
         _Unsupported(f"joint {name!r} has {what}")
         for what, fields, index in (
-            ("stiffness", ("jnt_stiffness", "jnt_stiffnesspoly"), j),
-            ("damping", ("dof_damping", "dof_dampingpoly"), dofs),
-            ("armature", ("dof_armature",), dofs),
+            ("stiffness", ("jnt_stiffness",) if ball else (), j),
+            ("polynomial stiffness", ("jnt_stiffnesspoly",), j),
+            ("damping", ("dof_damping",) if ball else (), dofs),
+            ("polynomial damping", ("dof_dampingpoly",), dofs),
+            ("armature", ("dof_armature",) if ball else (), dofs),
             ("frictionloss", ("dof_frictionloss",), dofs),
         )
         if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f))
@@ -431,10 +436,22 @@ def _tree_joints(model, frames, dropped):
                     "rotation": rotation @ _axis_angle(axis, -ref) if kind == _HINGE else rotation,
                     "child_position": anchor,
                     "actuated": j in actuated,
+                    **(_passive(model, j) if kind in (_HINGE, _SLIDE) else {}),
                 }
             )
             rotation, origin = np.eye(3), np.zeros(3)
     return specs, massless
+
+
+def _passive(model, j):
+    """Hinge or slide ``j``'s armature, damping, stiffness and springref (``qpos_spring``)."""
+    dof = model.jnt_dofadr[j]
+    return {
+        "armature": float(model.dof_armature[dof]),
+        "damping": float(model.dof_damping[dof]),
+        "stiffness": float(model.jnt_stiffness[j]),
+        "springref": float(model.qpos_spring[model.jnt_qposadr[j]]),
+    }
 
 
 def _cut_joints(model, frames, dropped):
