@@ -35,6 +35,7 @@ point row of a cut joint is the force that body a exerts on body b, in world axe
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -189,7 +190,7 @@ class _Plan(NamedTuple):
     ``(i, j)`` of the non-zero blocks of J grouped by shape, with their rows and coordinates;
     per shape of ``(r, s, j)``, the indices of ``J_{r,j}`` and ``I_hat_{s,j}^T`` in the flat
     stacks and where each product goes; the reduction ``mode``; each row's ``rank`` in
-    elimination order and its pivot block; each loop's parent position (``"scan"``)."""
+    elimination order and its pivot block."""
 
     subsystems: tuple[_Group, ...]
     pairs: tuple[tuple[tuple[int, int], ...], ...]
@@ -198,7 +199,6 @@ class _Plan(NamedTuple):
     mode: str
     rank: np.ndarray
     pivot_blocks: np.ndarray
-    parents: np.ndarray
 
 
 def _grouped(items, key):
@@ -212,11 +212,11 @@ def _grouped(items, key):
 def _plan(top) -> _Plan:
     """How SSLM runs for topology ``top`` (fixed at trace time). The GICM reduction (``mode``):
 
-    - ``"scan"``: loops of one row count whose loop graph is a forest that the elimination order
-      takes leaves first (each loop has at most one neighbour left when eliminated, no fill-in,
-      e.g. `mechanisms.ladder`): block-tridiagonal (tree) Cholesky, a ``lax.scan`` over the order
-      with a fixed-size body, then back substitution in reverse. Chosen from one loop on: at
-      B = 1024 states the scan ran as fast as the same steps unrolled (1 to 32 loops, one core).
+    - ``"scan"``: loops of one row count that the elimination order takes along a chain (each
+      loop's only neighbour left when it is eliminated is the next in the order: no fill-in;
+      e.g. `mechanisms.ladder`, the carpet scraper, the 3-RRR): `_chain_elimination`, a
+      ``lax.scan`` with a fixed-size body. Chosen from one loop on: at B = 1024 states the scan
+      ran as fast as the same steps unrolled (1 to 32 loops, one core).
     - ``"dense"``: otherwise, when ``m <= dense.UNROLL``: the blocks scattered into the ``m x m``
       GICM in elimination order, one unrolled Cholesky (its pivots are the block pivots).
     - ``"unrolled"``: otherwise, `_block_elimination` on the blocks (no LAPACK on ``m x m``).
@@ -225,7 +225,8 @@ def _plan(top) -> _Plan:
     order, graph = top.elimination_order, top.loop_graph
     position = {r: t for t, r in enumerate(order)}
     later = {r: [s for s in graph[r] if position[s] > position[r]] for r in range(len(loops))}
-    if len({loop.rows for loop in loops}) == 1 and all(len(x) <= 1 for x in later.values()):
+    chain = all(later[r] in ([], [s]) for r, s in itertools.pairwise(order))
+    if len({loop.rows for loop in loops}) == 1 and chain:
         mode = "scan"
     else:
         mode = "dense" if m <= dense.UNROLL else "unrolled"
@@ -284,7 +285,7 @@ def _plan(top) -> _Plan:
 
     def target(r, s):
         if mode == "scan":
-            return position[r if r == s else s] + (len(order) + 1) * (r != s)
+            return position[s] + len(order) * (r != s)
         if mode == "dense":
             return np.ix_(rank[top.rows(r)], rank[top.rows(s)])
         return r, s
@@ -308,7 +309,6 @@ def _plan(top) -> _Plan:
         mode=mode,
         rank=rank,
         pivot_blocks=np.concatenate([np.full(loops[r].rows, t) for t, r in enumerate(order)]),
-        parents=np.array([position[later[r][0]] if later[r] else len(order) for r in order]),
     )
 
 
@@ -316,8 +316,11 @@ def _reduce(top, plan, products, rhs):
     """``lam`` from ``G lam = rhs`` with the GICM blocks ``G_{r,s}`` given by the stacked
     ``products`` of ``plan.triples`` (summed over the shared subsystems), by ``plan.mode``
     (`_plan`); and whether a pivot block is singular (`_pivot_is_small`)."""
+    order = plan.rank.argsort()  # the rows in elimination order
     if plan.mode == "scan":
-        return _tree_elimination(plan, products, rhs[plan.rank.argsort()])
+        targets = [np.array(t) for _, _, t in plan.triples]
+        lam, singular = _chain_elimination(len(top.loops), products, targets, rhs[order])
+        return lam[plan.rank], singular
     if plan.mode == "dense":
         m = rhs.shape[0]
         gicm = jnp.zeros((m, m), rhs.dtype)
@@ -326,7 +329,7 @@ def _reduce(top, plan, products, rhs):
             columns = np.stack([t[1] * np.ones_like(t[0]) for t in targets])
             gicm = gicm.at[rows, columns].add(product)
         factor = dense.cholesky(gicm)
-        lam = dense.cho_solve(factor, rhs[plan.rank.argsort()])[plan.rank]
+        lam = dense.cho_solve(factor, rhs[order])[plan.rank]
         return lam, _pivot_is_small(factor, gicm, plan.pivot_blocks)
     gicm = {}
     for (_, _, targets), product in zip(plan.triples, products):
@@ -338,43 +341,40 @@ def _reduce(top, plan, products, rhs):
     return jnp.concatenate(lam), singular
 
 
-def _tree_elimination(plan, products, rhs):
-    """Block Cholesky of a GICM whose loop graph is a forest eliminated leaves first (`_plan`,
-    ``"scan"``; seed 000 eqs. 34-36): at step t the pivot block ``D_t`` (its children's Schur
-    complements subtracted) is factorised, ``D_t^-1 [G_{t,p}, rhs_t]`` solved, and
-    ``G_{p,t} D_t^-1 [G_{t,p}, rhs_t]`` subtracted from its parent p's block and right-hand side;
-    back substitution ``lam_t = D_t^-1 (rhs_t - G_{t,p} lam_p)`` in reverse. Blocks are indexed
-    by elimination position; position ``K`` is a dummy parent for the roots. ``rhs`` is in
-    elimination order; ``lam`` comes back in loop order."""
-    count = plan.parents.shape[0]
+def _chain_elimination(count, products, targets, rhs):
+    """Block-tridiagonal Cholesky (Thomas algorithm) of a GICM whose loops, in elimination order,
+    each couple to the next one at most (`_plan`, ``"scan"``; seed 000 eqs. 34-36): step t
+    factorises its pivot block ``D_t`` (less the Schur complement from step t - 1), solves
+    ``D_t^-1 [G_{t,t+1}, rhs_t]`` and hands ``G_{t+1,t} D_t^-1 [G_{t,t+1}, rhs_t]`` on; back
+    substitution ``lam_t = D_t^-1 (rhs_t - G_{t,t+1} lam_{t+1})`` in reverse. Both are a
+    ``lax.scan`` whose carry is one block. ``targets`` place the ``products`` (``D_t`` at t,
+    ``G_{t+1,t}`` at ``count + t``); ``rhs`` and ``lam`` are in elimination order."""
     rows = rhs.shape[0] // count
-    blocks = jnp.zeros((2 * count + 2, rows, rows), rhs.dtype)
-    for (_, _, targets), product in zip(plan.triples, products):
-        blocks = blocks.at[np.array(targets)].add(product)
-    diagonal = blocks[: count + 1].at[count].set(jnp.eye(rows, dtype=rhs.dtype))
-    coupling = blocks[count + 1 : 2 * count + 1]  # G_{p,t}
+    blocks = jnp.zeros((2 * count, rows, rows), rhs.dtype)
+    for target, product in zip(targets, products):
+        blocks = blocks.at[target].add(product)
 
     def eliminate(carry, step):
-        diagonal, rhs = carry
-        t, parent, coupling = step
-        factor = dense.cholesky(diagonal[t])
-        small = _pivot_is_small(factor, diagonal[t])
-        solved = dense.cho_solve(factor, jnp.concatenate([coupling.T, rhs[t][:, None]], axis=1))
-        diagonal = diagonal.at[parent].add(-coupling @ solved[:, :-1])
-        rhs = rhs.at[parent].add(-coupling @ solved[:, -1])
-        return (diagonal, rhs), (solved, small)
+        schur, reduced = carry
+        block, rhs, coupling = step
+        block = block - schur
+        factor = dense.cholesky(block)
+        solved = dense.cho_solve(factor, jnp.concatenate([coupling.T, (rhs - reduced)[:, None]], 1))
+        return (coupling @ solved[:, :-1], coupling @ solved[:, -1]), (
+            solved,
+            _pivot_is_small(factor, block),
+        )
 
-    steps = (np.arange(count), plan.parents)
-    start = (diagonal, jnp.concatenate([rhs.reshape(count, rows), jnp.zeros((1, rows), rhs.dtype)]))
-    _, (solved, small) = jax.lax.scan(eliminate, start, (*steps, coupling))
+    start = (jnp.zeros((rows, rows), rhs.dtype), jnp.zeros(rows, rhs.dtype))
+    steps = (blocks[:count], rhs.reshape(count, rows), blocks[count:])
+    _, (solved, small) = jax.lax.scan(eliminate, start, steps)
 
-    def substitute(lam, step):
-        t, parent, solved = step
-        return lam.at[t].set(solved[:, -1] - solved[:, :-1] @ lam[parent]), None
+    def substitute(later, solved):
+        lam = solved[:, -1] - solved[:, :-1] @ later
+        return lam, lam
 
-    lam = jnp.zeros((count + 1, rows), rhs.dtype)
-    lam, _ = jax.lax.scan(substitute, lam, (*steps, solved), reverse=True)
-    return lam[:count].reshape(-1)[plan.rank], jnp.any(small)
+    _, lam = jax.lax.scan(substitute, jnp.zeros(rows, rhs.dtype), solved, reverse=True)
+    return lam.reshape(-1), jnp.any(small)
 
 
 def _block_elimination(order, gicm, rhs):
