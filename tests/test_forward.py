@@ -428,9 +428,10 @@ def test_sslm_program_does_not_grow_along_a_chain_of_loops():
 
 
 def test_sslm_dense_gicm_matches_the_kkt_solution():
-    """The excavator's loops do not form a chain and its GICM is small: SSLM assembles it densely
-    (`forward._plan`) and agrees with the KKT solution."""
-    mech = library("excavator")
+    """The Stewart platform's five loops share the platform's subsystem (no chain) and its GICM is
+    small: SSLM assembles it densely (`forward._plan`) and agrees with the KKT solution."""
+    mech = library("stewart")
+    assert len(mech.topology.loops) > forward._PER_BLOCK_LOOPS
     assert forward._plan(mech.topology).mode == "dense"
     rng = np.random.default_rng(2)
     n = mech.num_bodies

@@ -21,7 +21,7 @@ Four methods solve them and give the same numbers:
   articulated-body pass in all, for ``phi_hat``. Blocks of equal shape are stacked and handled
   by one batched operation each, and a chain or forest of equal-size loops is eliminated by a
   ``lax.scan`` (`_plan`), so the compiled program grows with the number of block shapes, not
-  with the number of loops.
+  with the number of loops (up to `_PER_BLOCK_LOOPS` loops it runs block by block).
 - ``"embedding"``: minimal coordinates: with independent coordinates ``q_i`` and dependent ``q_d``,
   ``qd = T qd_i`` and ``qdd = T qdd_i + c`` with ``T = [1; -J_d^-1 J_i]``, ``J c = Psi``,
   ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
@@ -53,6 +53,10 @@ METHODS = ("system", "slm", "sslm", "embedding")
 # A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
 # means a rank-deficient J: singular or redundant constraints.
 _PIVOT_RTOL = 1e-13
+# SSLM over this many loops or fewer runs block by block (`_per_block_multipliers`): at B = 1024
+# states on one core the four-bar and the 3-RRR ran 5-20 % faster so than stacked (`_plan`),
+# whose smaller programs pay off with more loops (experiments/sslm_compact.md).
+_PER_BLOCK_LOOPS = 4
 
 
 class Solution(NamedTuple):
@@ -141,8 +145,11 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     the non-zero blocks of J only, the GICM reduced as `_plan` chose, then
     ``qdd = phi_hat + I_hat^T lam`` (eq. 21). Equal-size blocks are stacked and each stack is one
     batched operation (gathers and scatters with static indices), so the program grows with the
-    number of block shapes, not of blocks."""
-    top, plan = mech.topology, _plan(mech.topology)
+    number of block shapes, not of blocks; up to `_PER_BLOCK_LOOPS` loops, block by block."""
+    top = mech.topology
+    if len(top.loops) <= _PER_BLOCK_LOOPS:
+        return _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte)
+    plan = _plan(top)
     phi_hat, inertias, motion = tree.subsystem_stack_terms(  # all phi_hat_j, I_j at once, O(n)
         mech,
         q,
@@ -171,6 +178,45 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     for group, x in zip(plan.subsystems, solved):
         qdd = qdd.at[group.coordinates].add(jnp.einsum("gnm,gm->gn", x, lam[group.rows]))
     return Solution(qdd, lam, singular)
+
+
+def _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte):
+    """SSLM block by block, for few loops (`_PER_BLOCK_LOOPS`): each ``I_j``, ``I_hat_{i,j}`` and
+    GICM block its own operations, then `_block_elimination`."""
+    top = mech.topology
+    acted_on = [j for j in range(len(top.subsystems)) if any(k == j for _, k in top.blocks)]
+    f_bodies = _body_wrenches(mech, q, qd, f_ext)
+    phi_hat, inertias, motion = tree.subsystem_terms(  # all phi_hat_j and I_j at once, O(n)
+        mech, q, qd, tau, [top.coordinate_slices[j] for j in acted_on], f_bodies
+    )
+    phi, blocks, bias = kinematics.loop_block_terms_at(mech, motion)
+    velocity = [
+        sum(blocks[i, j] @ qd[top.coordinates(j)] for j in loop.subsystems)
+        for i, loop in enumerate(top.loops)
+    ]
+    psi = _psi(phi, jnp.concatenate(velocity) if velocity else phi, bias, baumgarte)
+    i_hat_t = {}  # (i, j) -> I_j^-1 J_{i,j}^T
+    for j, inertia in zip(acted_on, inertias):
+        acting = [i for i, k in top.blocks if k == j]
+        factor = dense.cholesky(inertia)
+        solved = dense.cho_solve(factor, jnp.concatenate([blocks[i, j].T for i in acting], axis=1))
+        split = np.cumsum([top.loops[i].rows for i in acting])[:-1]
+        i_hat_t.update(zip(((i, j) for i in acting), jnp.split(solved, split, axis=1)))
+    # GICM blocks G_{r,s} (eq. 25) and the reduced right-hand side Psi_bar (eq. 23).
+    gicm, rhs = {}, []
+    for r, loop in enumerate(top.loops):
+        rhs.append(
+            psi[top.rows(r)]
+            - sum(blocks[r, j] @ phi_hat[top.coordinates(j)] for j in loop.subsystems)
+        )
+        for s in [r, *top.loop_graph[r]]:
+            shared = set(loop.subsystems) & set(top.loops[s].subsystems)
+            gicm[r, s] = sum(blocks[r, j] @ i_hat_t[s, j] for j in sorted(shared))
+    lam, singular = _block_elimination(top.elimination_order, gicm, rhs)
+    qdd = phi_hat
+    for (i, j), solved in i_hat_t.items():
+        qdd = qdd.at[top.coordinates(j)].add(solved @ lam[i])
+    return Solution(qdd, jnp.concatenate(lam) if lam else psi, singular)
 
 
 class _Group(NamedTuple):
@@ -214,9 +260,8 @@ def _plan(top) -> _Plan:
 
     - ``"scan"``: loops of one row count that the elimination order takes along a chain (each
       loop's only neighbour left when it is eliminated is the next in the order: no fill-in;
-      e.g. `mechanisms.ladder`, the carpet scraper, the 3-RRR): `_chain_elimination`, a
-      ``lax.scan`` with a fixed-size body. Chosen from one loop on: at B = 1024 states the scan
-      ran as fast as the same steps unrolled (1 to 32 loops, one core).
+      e.g. `mechanisms.ladder`): `_chain_elimination`, a ``lax.scan`` with a fixed-size body; at
+      B = 1024 states it ran as fast as the same steps unrolled (1 to 32 loops, one core).
     - ``"dense"``: otherwise, when ``m <= dense.UNROLL``: the blocks scattered into the ``m x m``
       GICM in elimination order, one unrolled Cholesky (its pivots are the block pivots).
     - ``"unrolled"``: otherwise, `_block_elimination` on the blocks (no LAPACK on ``m x m``).
