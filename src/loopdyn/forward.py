@@ -18,7 +18,10 @@ Four methods solve them and give the same numbers:
   ``G_{r,s} = sum_j J_{r,j} I_hat_{s,j}^T`` are reduced by block Gaussian elimination in the
   static order of `topology.elimination_order` (seed 000 eqs. 34-36 and Appendix A.4), and the
   accelerations are ``qdd_j = phi_hat_j + sum_i I_hat_{i,j}^T lam_i`` (seed 000 eq. 21): one O(n)
-  articulated-body pass in all, for ``phi_hat``.
+  articulated-body pass in all, for ``phi_hat``. Blocks of equal shape are stacked and handled
+  by one batched operation each, and a chain or forest of equal-size loops is eliminated by a
+  ``lax.scan`` (`_plan`), so the compiled program grows with the number of block shapes, not
+  with the number of loops (up to `_PER_BLOCK_LOOPS` loops it runs block by block).
 - ``"embedding"``: minimal coordinates: with independent coordinates ``q_i`` and dependent ``q_d``,
   ``qd = T qd_i`` and ``qdd = T qdd_i + c`` with ``T = [1; -J_d^-1 J_i]``, ``J c = Psi``,
   ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
@@ -32,6 +35,7 @@ point row of a cut joint is the force that body a exerts on body b, in world axe
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -49,6 +53,10 @@ METHODS = ("system", "slm", "sslm", "embedding")
 # A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
 # means a rank-deficient J: singular or redundant constraints.
 _PIVOT_RTOL = 1e-13
+# SSLM over this many loops or fewer runs block by block (`_per_block_multipliers`): at B = 1024
+# states on one core the four-bar and the 3-RRR ran 5-20 % faster than stacked (`_plan`),
+# whose smaller programs pay off with more loops (experiments/sslm_compact.md).
+_PER_BLOCK_LOOPS = 4
 
 
 class Solution(NamedTuple):
@@ -76,10 +84,16 @@ def _body_wrenches(mech, q, qd, f_ext):
     return springs if f_ext is None else springs + f_ext
 
 
-def _pivot_is_small(factor, block):
-    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot."""
+def _pivot_is_small(factor, block, pivot_blocks=None):
+    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot;
+    with ``pivot_blocks`` (static, each row's pivot block) relative to that block's diagonal."""
     pivots = jnp.diagonal(factor) ** 2
-    scale = jnp.max(jnp.abs(jnp.diagonal(block)))
+    scale = jnp.abs(jnp.diagonal(block))
+    if pivot_blocks is None:
+        scale = jnp.max(scale)
+    else:
+        same = pivot_blocks[:, None] == pivot_blocks[None, :]
+        scale = jnp.max(jnp.where(same, scale[None, :], 0.0), axis=1)
     return ~jnp.all(jnp.isfinite(pivots)) | jnp.any(pivots <= _PIVOT_RTOL * scale)
 
 
@@ -130,8 +144,47 @@ def _system_multipliers(mech, q, qd, tau, f_ext, baumgarte):
 
 def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     """SSLM (seed 000 §3): subsystem-level ``phi_hat_j``, ``I_hat_{i,j}`` and GICM blocks from
-    the non-zero blocks of J only, block Gaussian elimination in the static order, then
-    ``qdd = phi_hat + I_hat^T lam`` (eq. 21)."""
+    the non-zero blocks of J only, the GICM reduced as `_plan` chose, then
+    ``qdd = phi_hat + I_hat^T lam`` (eq. 21). Equal-size blocks are stacked and each stack is one
+    batched operation (gathers and scatters with static indices), so the program grows with the
+    number of block shapes, not of blocks; up to `_PER_BLOCK_LOOPS` loops, block by block."""
+    top = mech.topology
+    if len(top.loops) <= _PER_BLOCK_LOOPS:
+        return _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte)
+    plan = _plan(top)
+    phi_hat, inertias, motion = tree.subsystem_stack_terms(  # all phi_hat_j, I_j at once, O(n)
+        mech,
+        q,
+        qd,
+        tau,
+        tuple((g.size, g.starts) for g in plan.subsystems),
+        _body_wrenches(mech, q, qd, f_ext),
+    )
+    phi, pairs, bias = kinematics.loop_block_stacks_at(mech, motion, plan.pairs)
+    flat_jac = jnp.concatenate([x.reshape(-1) for x in pairs])
+    terms = jnp.zeros((top.num_rows, 2), q.dtype)  # J qd and J phi_hat
+    for stack, (rows, columns) in zip(pairs, plan.pair_indices):
+        products = stack @ jnp.stack([qd, phi_hat], axis=1)[columns]
+        terms = terms.at[rows].add(products)
+    psi = _psi(phi, terms[:, 0], bias, baumgarte)
+    solved = []  # per group: I_j^-1 [J_{i,j}^T ...] over its acting loops i (eqs. 20, 22)
+    for group, inertia in zip(plan.subsystems, inertias):
+        factor = jax.vmap(dense.cholesky)(inertia)
+        solved.append(jax.vmap(dense.cho_solve)(factor, flat_jac[group.jac_t]))
+    flat_solved = jnp.concatenate([x.reshape(-1) for x in solved])
+    products = [  # G_{r,s} terms J_{r,j} I_hat_{s,j}^T (eq. 25), one contraction per shape
+        flat_jac[left] @ flat_solved[right] for left, right, _ in plan.triples
+    ]
+    lam, singular = _reduce(top, plan, products, psi - terms[:, 1])
+    qdd = phi_hat
+    for group, x in zip(plan.subsystems, solved):
+        qdd = qdd.at[group.coordinates].add(jnp.einsum("gnm,gm->gn", x, lam[group.rows]))
+    return Solution(qdd, lam, singular)
+
+
+def _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte):
+    """SSLM block by block, for few loops (`_PER_BLOCK_LOOPS`): each ``I_j``, ``I_hat_{i,j}`` and
+    GICM block its own operations, then `_block_elimination`."""
     top = mech.topology
     acted_on = [j for j in range(len(top.subsystems)) if any(k == j for _, k in top.blocks)]
     f_bodies = _body_wrenches(mech, q, qd, f_ext)
@@ -166,6 +219,209 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     for (i, j), solved in i_hat_t.items():
         qdd = qdd.at[top.coordinates(j)].add(solved @ lam[i])
     return Solution(qdd, jnp.concatenate(lam) if lam else psi, singular)
+
+
+class _Group(NamedTuple):
+    """Subsystems of ``size`` coordinates with equal acting row counts: first coordinates
+    ``starts``; static indices of their coordinates ``(g, size)``, of their acting loops' rows
+    ``(g, M)`` and of ``[J_{i,j}^T ...]`` ``(g, size, M)`` in the flat stacked blocks."""
+
+    size: int
+    starts: tuple[int, ...]
+    coordinates: np.ndarray
+    rows: np.ndarray
+    jac_t: np.ndarray
+
+
+class _Plan(NamedTuple):
+    """Static structure of SSLM for one topology (`_plan`): the subsystem groups; the pairs
+    ``(i, j)`` of the non-zero blocks of J grouped by shape, with their rows and coordinates;
+    per shape of ``(r, s, j)``, the indices of ``J_{r,j}`` and ``I_hat_{s,j}^T`` in the flat
+    stacks and where each product goes; the reduction ``mode``; each row's ``rank`` in
+    elimination order and its pivot block."""
+
+    subsystems: tuple[_Group, ...]
+    pairs: tuple[tuple[tuple[int, int], ...], ...]
+    pair_indices: tuple[tuple[np.ndarray, np.ndarray], ...]
+    triples: tuple[tuple[np.ndarray, np.ndarray, list], ...]
+    mode: str
+    rank: np.ndarray
+    pivot_blocks: np.ndarray
+
+
+def _grouped(items, key):
+    groups = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return list(groups.values())
+
+
+@functools.cache
+def _plan(top) -> _Plan:
+    """How SSLM runs for topology ``top`` (fixed at trace time). The GICM reduction (``mode``):
+
+    - ``"scan"``: loops of one row count that the elimination order takes along a chain (each
+      loop's only neighbour left when it is eliminated is the next in the order: no fill-in;
+      e.g. `mechanisms.ladder`): `_chain_elimination`, a ``lax.scan`` with a fixed-size body; at
+      B = 1024 states it ran as fast as the same steps unrolled (1 to 32 loops, one core).
+    - ``"dense"``: otherwise, when ``m <= dense.UNROLL``: the blocks scattered into the ``m x m``
+      GICM in elimination order, one unrolled Cholesky (its pivots are the block pivots).
+    - ``"unrolled"``: otherwise, `_block_elimination` on the blocks (no LAPACK on ``m x m``).
+    """
+    loops, m = top.loops, top.num_rows
+    order, graph = top.elimination_order, top.loop_graph
+    position = {r: t for t, r in enumerate(order)}
+    later = {r: [s for s in graph[r] if position[s] > position[r]] for r in range(len(loops))}
+    chain = all(later[r] in ([], [s]) for r, s in itertools.pairwise(order))
+    if len({loop.rows for loop in loops}) == 1 and chain:
+        mode = "scan"
+    else:
+        mode = "dense" if m <= dense.UNROLL else "unrolled"
+    pairs = _grouped(top.blocks, lambda b: top.block_shape(*b))
+    flat, offset, pair_indices = {}, 0, []
+    for group in pairs:
+        rows_i, size = top.block_shape(*group[0])
+        for p, (i, j) in enumerate(group):
+            flat[i, j] = offset + p * rows_i * size + np.arange(rows_i * size).reshape(rows_i, size)
+        offset += len(group) * rows_i * size
+        pair_indices.append(
+            (
+                np.array([np.arange(*top.row_slices[i]) for i, _ in group]),
+                np.array([np.arange(*top.coordinate_slices[j]) for _, j in group]),
+            )
+        )
+    acting = {j: [i for i, k in top.blocks if k == j] for _, j in top.blocks}
+    subsystems, solved, offset = [], {}, 0
+    for members in _grouped(
+        sorted(acting), lambda j: (top.block_shape(0, j)[1], sum(loops[i].rows for i in acting[j]))
+    ):
+        size = top.block_shape(0, members[0])[1]
+        width = sum(loops[i].rows for i in acting[members[0]])
+        for g, j in enumerate(members):
+            column = 0
+            for i in acting[j]:
+                block = np.arange(size)[:, None] * width + column + np.arange(loops[i].rows)
+                solved[i, j] = offset + g * size * width + block
+                column += loops[i].rows
+        offset += len(members) * size * width
+        subsystems.append(
+            _Group(
+                size,
+                tuple(top.coordinate_slices[j][0] for j in members),
+                np.array([np.arange(*top.coordinate_slices[j]) for j in members]),
+                np.array(
+                    [
+                        np.concatenate([np.arange(*top.row_slices[i]) for i in acting[j]])
+                        for j in members
+                    ]
+                ),
+                np.array(
+                    [np.concatenate([flat[i, j].T for i in acting[j]], axis=1) for j in members]
+                ),
+            )
+        )
+    wanted = [  # (r, s, j): in "scan" only the diagonal blocks and G_{parent(s), s}
+        (r, s, j)
+        for r in range(len(loops))
+        for s in [r, *graph[r]]
+        if mode != "scan" or s == r or later[s] == [r]
+        for j in sorted(set(loops[r].subsystems) & set(loops[s].subsystems))
+    ]
+    rank = np.empty(m, dtype=int)  # each row's place in elimination order
+    rank[np.concatenate([np.arange(*top.row_slices[r]) for r in order])] = np.arange(m)
+
+    def target(r, s):
+        if mode == "scan":
+            return position[s] + len(order) * (r != s)
+        if mode == "dense":
+            return np.ix_(rank[top.rows(r)], rank[top.rows(s)])
+        return r, s
+
+    def key(t):
+        return loops[t[0]].rows, top.block_shape(0, t[2])[1], loops[t[1]].rows
+
+    triples = tuple(
+        (
+            np.array([flat[r, j] for r, _, j in group]),
+            np.array([solved[s, j] for _, s, j in group]),
+            [target(r, s) for r, s, _ in group],
+        )
+        for group in _grouped(wanted, key)
+    )
+    return _Plan(
+        subsystems=tuple(subsystems),
+        pairs=tuple(tuple(g) for g in pairs),
+        pair_indices=tuple(pair_indices),
+        triples=triples,
+        mode=mode,
+        rank=rank,
+        pivot_blocks=np.concatenate([np.full(loops[r].rows, t) for t, r in enumerate(order)]),
+    )
+
+
+def _reduce(top, plan, products, rhs):
+    """``lam`` from ``G lam = rhs`` with the GICM blocks ``G_{r,s}`` given by the stacked
+    ``products`` of ``plan.triples`` (summed over the shared subsystems), by ``plan.mode``
+    (`_plan`); and whether a pivot block is singular (`_pivot_is_small`)."""
+    order = plan.rank.argsort()  # the rows in elimination order
+    if plan.mode == "scan":
+        targets = [np.array(t) for _, _, t in plan.triples]
+        lam, singular = _chain_elimination(len(top.loops), products, targets, rhs[order])
+        return lam[plan.rank], singular
+    if plan.mode == "dense":
+        m = rhs.shape[0]
+        gicm = jnp.zeros((m, m), rhs.dtype)
+        for (_, _, targets), product in zip(plan.triples, products):
+            rows = np.stack([t[0] * np.ones_like(t[1]) for t in targets])
+            columns = np.stack([t[1] * np.ones_like(t[0]) for t in targets])
+            gicm = gicm.at[rows, columns].add(product)
+        factor = dense.cholesky(gicm)
+        lam = dense.cho_solve(factor, rhs[order])[plan.rank]
+        return lam, _pivot_is_small(factor, gicm, plan.pivot_blocks)
+    gicm = {}
+    for (_, _, targets), product in zip(plan.triples, products):
+        for k, r_s in enumerate(targets):
+            gicm[r_s] = gicm[r_s] + product[k] if r_s in gicm else product[k]
+    lam, singular = _block_elimination(
+        top.elimination_order, gicm, [rhs[top.rows(r)] for r in range(len(top.loops))]
+    )
+    return jnp.concatenate(lam), singular
+
+
+def _chain_elimination(count, products, targets, rhs):
+    """Block-tridiagonal Cholesky (Thomas algorithm) of a GICM whose loops, in elimination order,
+    each couple to the next one at most (`_plan`, ``"scan"``; seed 000 eqs. 34-36): step t
+    factorises its pivot block ``D_t`` (less the Schur complement from step t - 1), solves
+    ``D_t^-1 [G_{t,t+1}, rhs_t]`` and hands ``G_{t+1,t} D_t^-1 [G_{t,t+1}, rhs_t]`` on; back
+    substitution ``lam_t = D_t^-1 (rhs_t - G_{t,t+1} lam_{t+1})`` in reverse. Both are a
+    ``lax.scan`` whose carry is one block. ``targets`` place the ``products`` (``D_t`` at t,
+    ``G_{t+1,t}`` at ``count + t``); ``rhs`` and ``lam`` are in elimination order."""
+    rows = rhs.shape[0] // count
+    blocks = jnp.zeros((2 * count, rows, rows), rhs.dtype)
+    for target, product in zip(targets, products):
+        blocks = blocks.at[target].add(product)
+
+    def eliminate(carry, step):
+        schur, reduced = carry
+        block, rhs, coupling = step
+        block = block - schur
+        factor = dense.cholesky(block)
+        solved = dense.cho_solve(factor, jnp.concatenate([coupling.T, (rhs - reduced)[:, None]], 1))
+        return (coupling @ solved[:, :-1], coupling @ solved[:, -1]), (
+            solved,
+            _pivot_is_small(factor, block),
+        )
+
+    start = (jnp.zeros((rows, rows), rhs.dtype), jnp.zeros(rows, rhs.dtype))
+    steps = (blocks[:count], rhs.reshape(count, rows), blocks[count:])
+    _, (solved, small) = jax.lax.scan(eliminate, start, steps)
+
+    def substitute(later, solved):
+        lam = solved[:, -1] - solved[:, :-1] @ later
+        return lam, lam
+
+    _, lam = jax.lax.scan(substitute, jnp.zeros(rows, rhs.dtype), solved, reverse=True)
+    return lam.reshape(-1), jnp.any(small)
 
 
 def _block_elimination(order, gicm, rhs):

@@ -275,6 +275,42 @@ def _blocks(mech, on_a, on_b):
     return blocks
 
 
+def _block_stack(mech, on_a, on_b, pairs):
+    """The blocks ``J_{i,j}`` of ``pairs`` (all of one shape) stacked, gathered from the path rows
+    with static indices: entry ``(a, c)`` of a block is row a's path entry of coordinate c on
+    each side whose frame sits on subsystem j."""
+    top, cols = mech.topology, _row_paths(mech)
+    _, mask = _paths(mech.parent)
+    rows_i, size = top.block_shape(*pairs[0])
+    rows = np.array([np.arange(*top.row_slices[i]) for i, _ in pairs])
+    stack = 0.0
+    for side, values in ((0, on_a), (1, on_b)):
+        entry = np.zeros((len(pairs), rows_i, size), dtype=int)
+        hit = np.zeros((len(pairs), rows_i, size))
+        for p, (i, j) in enumerate(pairs):
+            body = _frame_body(mech, top.loops[i].cut, side)
+            if body >= 0 and top.subsystem_of[body] == j:
+                start = top.coordinate_slices[j][0]
+                for entry_l, c in enumerate(cols[rows[p, 0], side]):
+                    if mask[body, entry_l]:
+                        entry[p, :, c - start], hit[p, :, c - start] = entry_l, 1.0
+        stack = stack + values[rows[:, :, None], entry] * hit
+    return stack
+
+
+def loop_block_stacks_at(
+    mech: Mechanism, motion: tree.Motion, groups
+) -> tuple[Float[Array, " m"], list[Array], Float[Array, " m"]]:
+    """`loop_block_terms_at` with the blocks ``J_{i,j}`` of each group of equal-shape pairs
+    ``(i, j)`` in ``groups`` stacked ``(len(pairs), m_i, n_j)``: a few gathers per group, so the
+    program does not grow with the number of loops."""
+    ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
+    e, x = _directions(ends, rows)
+    on_a, on_b = _jacobian(ends, rows, e, x)
+    stacks = [_block_stack(mech, on_a, on_b, pairs) for pairs in groups]
+    return _dot(e, x), stacks, _bias(ends, rows, e, x)
+
+
 def _frame_body(mech, cut, side):
     joint = mech.cut_joints[cut]
     return joint.body_a if side == 0 else joint.body_b

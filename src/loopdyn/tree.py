@@ -701,16 +701,33 @@ def _on_path(parent: tuple[int, ...]) -> np.ndarray:
 def _inertia_blocks(mech, params, frames, ranges):
     """The diagonal blocks of ``I`` over the coordinate ``ranges`` from the `_frames`, the
     joints' armature on the diagonal."""
+    groups = [(stop - start, (start,)) for start, stop in ranges]
+    return [stack[0] for stack in _inertia_block_stacks(mech, params, frames, groups)]
+
+
+def _rows_at(x, index):
+    """``x[index]`` for a static index array: a slice when ``index`` is a contiguous range (XLA
+    runs a gather as an index loop)."""
+    start = int(index.flat[0])
+    if np.array_equal(index.ravel(), np.arange(start, start + index.size)):
+        return x[start : start + index.size].reshape(index.shape + x.shape[1:])
+    return x[index]
+
+
+def _inertia_block_stacks(mech, params, frames, groups):
+    """`_inertia_blocks` of equal-size ranges stacked, one gather per group: ``groups`` holds
+    ``(size, starts)``; each stack is ``(len(starts), size, size)``. ``I_ij = p_j . (C_i p_i)``
+    for ``j`` on the path from ``i`` to the ground, the armature on the diagonal."""
     force = _momentum(mech.planar, _subtree_sums(mech, frames.inertia), frames.subspace)
-    on_path, s = _on_path(mech.parent), frames.subspace
-    blocks = []
-    for start, stop in ranges:
-        k = slice(start, stop)
-        lower = jnp.where(on_path[k, k][..., None], _dot(force[k, None], s[None, k]), 0.0)
-        diagonal = np.eye(stop - start, dtype=bool)[..., None]
-        upper = jnp.where(diagonal, params.armature[k, None], jnp.swapaxes(lower, 0, 1))
-        blocks.append(lower + upper)
-    return blocks
+    on_path, s, stacks = _on_path(mech.parent), frames.subspace, []
+    for size, starts in groups:
+        k = np.add.outer(np.asarray(starts, dtype=int), np.arange(size))
+        mask = on_path[k[:, :, None], k[:, None, :]][..., None]
+        lower = jnp.where(mask, _dot(_rows_at(force, k)[:, :, None], _rows_at(s, k)[:, None]), 0.0)
+        diagonal = np.eye(size, dtype=bool)[..., None]
+        armature = _rows_at(params.armature, k)[:, :, None]
+        stacks.append(lower + jnp.where(diagonal, armature, jnp.swapaxes(lower, 1, 2)))
+    return stacks
 
 
 def _mass_matrix_blocks(mech, ranges, params, q, _):
@@ -814,6 +831,23 @@ def subsystem_terms(
     `forward_dynamics` (the open tree's ``qdd``, all ``phi_hat_j`` of seed 000 eq. 20),
     `mass_matrix_blocks` over ``ranges`` (the ``I_j``) and the `body_motion` for the loops."""
     core = functools.partial(_subsystem_terms, mech, ranges)
+    return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
+
+
+def _subsystem_stack_terms(mech, groups, params, q, qd, tau, f_ext):
+    frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
+    qdd = _articulated(mech, params, frames, tau, f_ext)
+    return qdd, _inertia_block_stacks(mech, params, frames, groups), _motion(params, frames)
+
+
+@eqx.filter_jit
+def subsystem_stack_terms(
+    mech: Mechanism, q, qd, tau, groups, f_ext=None
+) -> tuple[Float[Array, "... n"], list[Float[Array, "... g k k"]], Motion]:
+    """`subsystem_terms` with the ``I_j`` of equal size stacked: ``groups`` holds
+    ``(size, starts)``, one stack ``(..., len(starts), size, size)`` each, so the program does
+    not grow with the number of subsystems."""
+    core = functools.partial(_subsystem_stack_terms, mech, groups)
     return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
 
 
