@@ -427,12 +427,12 @@ def test_sslm_program_does_not_grow_along_a_chain_of_loops():
     assert forward.solve(flat, flat.q0, jnp.zeros(n), jnp.ones(n), method="sslm").singular
 
 
-def test_sslm_dense_gicm_matches_the_kkt_solution():
-    """The Stewart platform's five loops share the platform's subsystem (no chain) and its GICM is
-    small: SSLM assembles it densely (`forward._plan`) and agrees with the KKT solution."""
+def test_sslm_off_a_chain_of_loops_goes_block_by_block():
+    """The Stewart platform's five loops share the platform's subsystem (no chain of loops):
+    SSLM takes the block-by-block path (`forward._plan`) and agrees with the KKT solution."""
     mech = library("stewart")
     assert len(mech.topology.loops) > forward._PER_BLOCK_LOOPS
-    assert forward._plan(mech.topology).mode == "dense"
+    assert forward._plan(mech.topology).mode == "per_block"
     rng = np.random.default_rng(2)
     n = mech.num_bodies
     q = kinematics.assemble(mech, mech.q0 + 0.05 * rng.normal(size=n), fixed=mech.actuated)

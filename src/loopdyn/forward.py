@@ -84,16 +84,10 @@ def _body_wrenches(mech, q, qd, f_ext):
     return springs if f_ext is None else springs + f_ext
 
 
-def _pivot_is_small(factor, block, pivot_blocks=None):
-    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot;
-    with ``pivot_blocks`` (static, each row's pivot block) relative to that block's diagonal."""
+def _pivot_is_small(factor, block):
+    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot."""
     pivots = jnp.diagonal(factor) ** 2
-    scale = jnp.abs(jnp.diagonal(block))
-    if pivot_blocks is None:
-        scale = jnp.max(scale)
-    else:
-        same = pivot_blocks[:, None] == pivot_blocks[None, :]
-        scale = jnp.max(jnp.where(same, scale[None, :], 0.0), axis=1)
+    scale = jnp.max(jnp.abs(jnp.diagonal(block)))
     return ~jnp.all(jnp.isfinite(pivots)) | jnp.any(pivots <= _PIVOT_RTOL * scale)
 
 
@@ -149,7 +143,7 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     batched operation (gathers and scatters with static indices), so the program grows with the
     number of block shapes, not of blocks; up to `_PER_BLOCK_LOOPS` loops, block by block."""
     top = mech.topology
-    if len(top.loops) <= _PER_BLOCK_LOOPS:
+    if len(top.loops) <= _PER_BLOCK_LOOPS or _plan(top).mode == "per_block":
         return _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte)
     plan = _plan(top)
     phi_hat, inertias, motion = tree.subsystem_stack_terms(  # all phi_hat_j, I_j at once, O(n)
@@ -238,7 +232,7 @@ class _Plan(NamedTuple):
     ``(i, j)`` of the non-zero blocks of J grouped by shape, with their rows and coordinates;
     per shape of ``(r, s, j)``, the indices of ``J_{r,j}`` and ``I_hat_{s,j}^T`` in the flat
     stacks and where each product goes; the reduction ``mode``; each row's ``rank`` in
-    elimination order and its pivot block."""
+    elimination order."""
 
     subsystems: tuple[_Group, ...]
     pairs: tuple[tuple[tuple[int, int], ...], ...]
@@ -246,7 +240,6 @@ class _Plan(NamedTuple):
     triples: tuple[tuple[np.ndarray, np.ndarray, list], ...]
     mode: str
     rank: np.ndarray
-    pivot_blocks: np.ndarray
 
 
 def _grouped(items, key):
@@ -264,9 +257,10 @@ def _plan(top) -> _Plan:
       loop's only neighbour left when it is eliminated is the next in the order: no fill-in;
       e.g. `mechanisms.ladder`): `_chain_elimination`, a ``lax.scan`` with a fixed-size body; at
       B = 1024 states it ran as fast as the same steps unrolled (1 to 32 loops, one core).
-    - ``"dense"``: otherwise, when ``m <= dense.UNROLL``: the blocks scattered into the ``m x m``
-      GICM in elimination order, one unrolled Cholesky (its pivots are the block pivots).
-    - ``"unrolled"``: otherwise, `_block_elimination` on the blocks (no LAPACK on ``m x m``).
+    - ``"per_block"``: otherwise, `_per_block_multipliers` (block by block, `_block_elimination`):
+      stacked, with the GICM assembled densely, the usual MJCF drawing of a ladder (every loop
+      through one deep chain) ran 1.8-3.3x slower per state at k = 8 (two loaded runs) and
+      compiled longer.
     """
     loops, m = top.loops, top.num_rows
     order, graph = top.elimination_order, top.loop_graph
@@ -276,7 +270,7 @@ def _plan(top) -> _Plan:
     if len({loop.rows for loop in loops}) == 1 and chain:
         mode = "scan"
     else:
-        mode = "dense" if m <= dense.UNROLL else "unrolled"
+        mode = "per_block"
     pairs = _grouped(top.blocks, lambda b: top.block_shape(*b))
     flat, offset, pair_indices = {}, 0, []
     for group in pairs:
@@ -330,12 +324,8 @@ def _plan(top) -> _Plan:
     rank = np.empty(m, dtype=int)  # each row's place in elimination order
     rank[np.concatenate([np.arange(*top.row_slices[r]) for r in order])] = np.arange(m)
 
-    def target(r, s):
-        if mode == "scan":
-            return position[s] + len(order) * (r != s)
-        if mode == "dense":
-            return np.ix_(rank[top.rows(r)], rank[top.rows(s)])
-        return r, s
+    def target(r, s):  # D_t at t, G_{t+1,t} at count + t (`_chain_elimination`)
+        return position[s] + len(order) * (r != s)
 
     def key(t):
         return loops[t[0]].rows, top.block_shape(0, t[2])[1], loops[t[1]].rows
@@ -355,37 +345,17 @@ def _plan(top) -> _Plan:
         triples=triples,
         mode=mode,
         rank=rank,
-        pivot_blocks=np.concatenate([np.full(loops[r].rows, t) for t, r in enumerate(order)]),
     )
 
 
 def _reduce(top, plan, products, rhs):
     """``lam`` from ``G lam = rhs`` with the GICM blocks ``G_{r,s}`` given by the stacked
-    ``products`` of ``plan.triples`` (summed over the shared subsystems), by ``plan.mode``
-    (`_plan`); and whether a pivot block is singular (`_pivot_is_small`)."""
+    ``products`` of ``plan.triples`` (summed over the shared subsystems), by `_chain_elimination`
+    (``plan.mode`` "scan"); and whether a pivot block is singular (`_pivot_is_small`)."""
     order = plan.rank.argsort()  # the rows in elimination order
-    if plan.mode == "scan":
-        targets = [np.array(t) for _, _, t in plan.triples]
-        lam, singular = _chain_elimination(len(top.loops), products, targets, rhs[order])
-        return lam[plan.rank], singular
-    if plan.mode == "dense":
-        m = rhs.shape[0]
-        gicm = jnp.zeros((m, m), rhs.dtype)
-        for (_, _, targets), product in zip(plan.triples, products):
-            rows = np.stack([t[0] * np.ones_like(t[1]) for t in targets])
-            columns = np.stack([t[1] * np.ones_like(t[0]) for t in targets])
-            gicm = gicm.at[rows, columns].add(product)
-        factor = dense.cholesky(gicm)
-        lam = dense.cho_solve(factor, rhs[order])[plan.rank]
-        return lam, _pivot_is_small(factor, gicm, plan.pivot_blocks)
-    gicm = {}
-    for (_, _, targets), product in zip(plan.triples, products):
-        for k, r_s in enumerate(targets):
-            gicm[r_s] = gicm[r_s] + product[k] if r_s in gicm else product[k]
-    lam, singular = _block_elimination(
-        top.elimination_order, gicm, [rhs[top.rows(r)] for r in range(len(top.loops))]
-    )
-    return jnp.concatenate(lam), singular
+    targets = [np.array(t) for _, _, t in plan.triples]
+    lam, singular = _chain_elimination(len(top.loops), products, targets, rhs[order])
+    return lam[plan.rank], singular
 
 
 def _chain_elimination(count, products, targets, rhs):
