@@ -1,5 +1,5 @@
 """The same mechanisms in the peers of `closed_loop.py`: a Pinocchio model with one 3-D point
-constraint per cut joint (the construction of tests/test_forward.py) and an MJCF model with one
+constraint per cut joint (the construction of tests/support/pinocchio_model.py) and an MJCF model with one
 ``connect`` equality per cut joint, plus a worker that times Pinocchio on one pinned core."""
 
 import os
@@ -13,14 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pinocchio_problem(mech, aligned=False):
-    """``(pin, model, constraints)``: the construction of tests/test_forward.py (the tree by the
+    """``(pin, model, constraints)``: the construction of tests/support/pinocchio_model.py (the tree by the
     converter of tests/random_trees.py, one ``CONTACT_3D`` constraint per cut joint, every joint
     ``RevoluteUnaligned`` / ``PrismaticUnaligned``). ``aligned``: the same model with a joint
     along a coordinate axis as Pinocchio's own ``RX``/``RY``/``RZ``/``PX``/``PY``/``PZ`` (its
     fastest joints; a planar mechanism's hinges are all ``RZ``), the others unaligned."""
     if not aligned:
         sys.path.insert(0, str(ROOT / "tests"))
-        from test_forward import pinocchio_problem
+        from support.pinocchio_model import pinocchio_problem
 
         return pinocchio_problem(mech)
     import pinocchio as pin

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_kinematics import side_by_side
+from support.composite import side_by_side
+from support.pinocchio_model import pinocchio_problem
 
 import loopdyn
 from loopdyn import energy, forward, kinematics, mechanisms, tree
@@ -39,7 +40,7 @@ def library(name):
 
 
 # One compiled program per group: the planar mechanisms side by side in one mechanism, the spatial
-# ones in another (`test_kinematics.side_by_side`: names prefixed, exact arrays, structure
+# ones in another (`support.composite.side_by_side`: names prefixed, exact arrays, structure
 # asserted), and the quarter car alone (side_by_side leaves springs out). A union's loops involve
 # only their own mechanism's coordinates, so its mass matrix is block diagonal and every method's
 # solution is each mechanism's, stacked; each test cuts its mechanism's rows and coordinates out.
@@ -207,54 +208,6 @@ def test_no_loops_is_the_tree():
 
 # ------------------------------------------------------------------------------------------------
 # Pinocchio's constraintDynamics on the same models.
-
-
-def pinocchio_problem(mech):
-    """The mechanism as a Pinocchio model plus one 3-D point constraint per cut joint."""
-    pin = pytest.importorskip("pinocchio")
-    from types import SimpleNamespace
-
-    from random_trees import _pinocchio_model
-
-    joints = [
-        SimpleNamespace(
-            parent=mech.parent[i] + 1,
-            kind=mech.joint_kinds[i],
-            axis=np.asarray(mech.axis[i]),
-            rotation=np.asarray(mech.parent_rotation[i]),
-            position=np.asarray(mech.parent_position[i]),
-            child_rotation=np.asarray(mech.child_rotation[i]),
-            child_position=np.asarray(mech.child_position[i]),
-            mass=float(mech.mass[i]),
-            com=np.asarray(mech.com[i]),
-            inertia=np.asarray(mech.inertia[i]),
-        )
-        for i in range(mech.num_bodies)
-    ]
-    model = _pinocchio_model(mech, joints)
-    constraints = []
-    for k, cut in enumerate(mech.cut_joints):
-        assert cut.kind in ("revolute", "spherical")
-        frames = []
-        for body, rotation, position in (
-            (cut.body_a, mech.cut_rotation_a[k], mech.cut_position_a[k]),
-            (cut.body_b, mech.cut_rotation_b[k], mech.cut_position_b[k]),
-        ):
-            in_body = pin.SE3(np.asarray(rotation), np.asarray(position))
-            joint_of_body = (
-                pin.SE3(
-                    np.asarray(mech.child_rotation[body]), np.asarray(mech.child_position[body])
-                )
-                if body >= 0
-                else pin.SE3.Identity()
-            )
-            frames += [body + 1, joint_of_body.inverse() * in_body]
-        constraints.append(
-            pin.RigidConstraintModel(
-                pin.ContactType.CONTACT_3D, model, *frames, pin.ReferenceFrame.LOCAL
-            )
-        )
-    return pin, model, pin.StdVec_RigidConstraintModel(constraints)
 
 
 @pytest.mark.parametrize("name", ["four_bar", "three_rrr", "rssr", "excavator", "stewart"])

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_inverse import complete, random_draws
+from support.states import complete, random_draws
 
 from loopdyn import kinematics, mechanisms, prescribed, shaking
 from loopdyn.inverse import inverse_dynamics

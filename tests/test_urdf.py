@@ -5,13 +5,12 @@ sidecar file build the same mechanism; bad closures are named."""
 
 import jax.numpy as jnp
 import numpy as np
+import pinocchio as pin  # a dev dependency (make test installs it): the reference
 import pytest
 
 import loopdyn
 from loopdyn import kinematics
 from loopdyn.io.urdf import Closure, load_urdf
-
-pin = pytest.importorskip("pinocchio")  # a dev dependency: the reference
 
 INERTIAL = (
     '<inertial><origin xyz="{c}"/><mass value="{m}"/>'
