@@ -13,13 +13,17 @@ import numpy as np
 
 from .mechanism import Mechanism
 
-# Arguments with one entry per coordinate, and per body wrench.
-_PER_COORDINATE = ("q", "qd", "qdd", "tau", "q0", "qd0", "q_guess")
+# Arguments with one entry per configuration entry (nq), per coordinate (velocity, nv), and per
+# body wrench.
+_PER_CONFIGURATION = ("q", "q0", "q_guess")
+_PER_COORDINATE = ("qd", "qdd", "tau", "qd0")
 _PER_BODY = ("f_ext",)
 
 
 def expected_shape(mech: Mechanism, name: str) -> tuple[int, ...]:
     """Shape a per-state argument called ``name`` must have for ``mech``."""
+    if name in _PER_CONFIGURATION:
+        return (mech.nq,)
     if name in _PER_COORDINATE:
         return (mech.num_bodies,)
     if name in _PER_BODY:
@@ -31,6 +35,8 @@ def _describe(mech, name):
     if name in _PER_BODY:
         kind = "spatial" if mech.dim == 6 else "planar"
         return f"one {kind} wrench per body {list(mech.body_names)}"
+    if name in _PER_CONFIGURATION and mech.nq != mech.nv:
+        return f"one entry per configuration entry {list(mech.configuration_names)}"
     return f"one entry per coordinate {list(mech.coordinate_names)}"
 
 

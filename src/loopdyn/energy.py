@@ -7,7 +7,7 @@ Conservation of their sum is the standard check of a conservative simulation.
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import forces, tree
+from . import configuration, forces, tree
 from .mechanism import Mechanism
 
 
@@ -29,7 +29,8 @@ def potential_energy(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, ""]
     com = position + jnp.einsum("nij,nj->ni", rotation, mech.com)
     gravity = -jnp.sum(mech.mass * (com @ mech.gravity))
     stretch = forces.spring_lengths(mech, q) - mech.spring_rest_length
-    joints = 0.5 * jnp.sum(mech.stiffness * (q - mech.springref) ** 2)
+    angles = configuration.scalar_coordinates(mech, q)
+    joints = 0.5 * jnp.sum(mech.stiffness * (angles - mech.springref) ** 2)
     return gravity + 0.5 * jnp.sum(mech.spring_stiffness * stretch**2) + joints
 
 

@@ -10,7 +10,7 @@ coordinates about each body frame origin, the ``f_ext`` convention of `tree`.
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from . import spatial, tree
+from . import configuration, spatial, tree
 from .mechanism import Mechanism
 
 
@@ -73,4 +73,5 @@ def spring_wrenches(
 def joint_forces(mech: Mechanism, q: Float[Array, "... n"], qd: Float[Array, "... n"]):
     """The joints' passive generalized forces ``-damping qd - stiffness (q - springref)``
     (MuJoCo's joint damping and stiffness; the armature is an inertia, in `tree`)."""
-    return -mech.damping * qd - mech.stiffness * (q - mech.springref)
+    angles = configuration.scalar_coordinates(mech, q)
+    return -mech.damping * qd - mech.stiffness * (angles - mech.springref)

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import dense, spatial, tree
+from . import configuration, dense, spatial, tree
 from .mechanism import Mechanism
 
 _E = np.eye(3)
@@ -427,8 +427,9 @@ def _newton(mech, q, free, tol, max_iter):
     """Gauss-Newton on ``Phi(q) = 0`` over the free coordinates: minimum-norm least-squares steps
     (redundant rows are harmless) with a backtracking (Armijo) line search on ``|Phi|``; stops at
     ``|Phi| <= tol``, after ``max_iter`` steps, or when no step length decreases ``|Phi|``. Phi is
-    traced twice only (start and line search), to keep the compiled program small."""
-    select = np.eye(q.shape[0])[:, list(free)]
+    traced twice only (start and line search), to keep the compiled program small. Steps are
+    velocities (``nv``), taken on the configuration manifold (`configuration.integrate`)."""
+    select = np.eye(mech.nv)[:, list(free)]
 
     def step(state):
         q, phi, k, _ = state
@@ -440,12 +441,15 @@ def _newton(mech, q, free, tol, max_iter):
             return (jnp.linalg.norm(phi_new) > (1.0 - 1e-4 * alpha) * r) & (alpha > 1e-6)
 
         def halve(search):
-            return search[0] / 2, loop_residual(mech, q + search[0] / 2 * dq)
+            return search[0] / 2, loop_residual(
+                mech, configuration.integrate(mech, q, dq, search[0] / 2)
+            )
 
         start = (jnp.full((), 2.0, q.dtype), jnp.full_like(phi, jnp.inf))
         alpha, phi_new = jax.lax.while_loop(too_long, halve, start)
         better = jnp.linalg.norm(phi_new) < r
-        return jnp.where(better, q + alpha * dq, q), jnp.where(better, phi_new, phi), k + 1, ~better
+        q_new = configuration.integrate(mech, q, dq, alpha)
+        return jnp.where(better, q_new, q), jnp.where(better, phi_new, phi), k + 1, ~better
 
     def going(state):
         _, phi, k, stalled = state
@@ -464,15 +468,15 @@ def _closed_jvp(free, tol, max_iter, primals, tangents):
     """Implicit function theorem: ``J_free dq_free = -(J_fixed dq_fixed + dPhi/dtheta dtheta)``,
     solved with the pseudo-inverse (the minimum-norm tangent where the free coordinates are more
     than the constraints, as the Newton steps are). The guess of the free coordinates has no
-    influence."""
+    influence. Solved in velocities, mapped to ``q``'s tangent by `configuration.rate`."""
     mech, q_guess = primals
     d_mech, d_guess = tangents
     q = _closed(mech, q_guess, free, tol, max_iter)
-    select = np.eye(q.shape[0])[:, list(free)]  # free coordinates -> all (no scatter to transpose)
-    dq = d_guess * (1.0 - select.sum(axis=1))
-    d_phi = jax.jvp(loop_residual, (mech, q), (d_mech, dq))[1]
+    select = np.eye(mech.nv)[:, list(free)]  # free coordinates -> all (no scatter to transpose)
+    dv = configuration.velocity(mech, q, d_guess) * (1.0 - select.sum(axis=1))
+    d_phi = jax.jvp(loop_residual, (mech, q), (d_mech, configuration.rate(mech, q, dv)))[1]
     jac = loop_jacobian(mech, q) @ select
-    return q, dq - select @ (dense.pinv(jac) @ d_phi)
+    return q, configuration.rate(mech, q, dv - select @ (dense.pinv(jac) @ d_phi))
 
 
 class Assembly(NamedTuple):
@@ -490,8 +494,8 @@ def try_assemble(
     """`assemble` without the error: check ``converged`` yourself (for ``jit``/``vmap`` studies)."""
     free = free_coordinates(mech, fixed)
     q_guess = jnp.asarray(q_guess, mech.q0.dtype)
-    if q_guess.shape != (mech.num_bodies,):
-        raise ValueError(f"q_guess: expected shape ({mech.num_bodies},), got {q_guess.shape}")
+    if q_guess.shape != (mech.nq,):
+        raise ValueError(f"q_guess: expected shape ({mech.nq},), got {q_guess.shape}")
     q, residual = _assembled(mech, q_guess, free, tol, max_iter)
     return Assembly(q, residual, residual <= tol)
 

@@ -18,11 +18,22 @@ subsystem (a branch of the spanning tree starting at the ground) is a contiguous
 
 Spherical and universal tree joints are chains of revolutes through massless bodies named
 ``joint[k]``, as in the seeds; their coordinates are ``joint[0]``, ``joint[1]``, ...
+
+Ball and free tree joints carry a unit quaternion, so the configuration ``q`` (``nq`` entries)
+is longer than the velocity ``v`` (``nv`` entries, one per body of the tree: `coordinate_names`),
+laid out as MuJoCo's ``qpos`` and ``qvel``. A ball joint's three velocities are the child joint
+frame's angular velocity in its own axes, its configuration the quaternion ``(w, x, y, z)`` of
+the child joint frame in the parent joint frame; a free joint adds before them the position of the
+child joint frame's origin in the parent joint frame and its rate (parent axes). Inside, each
+velocity drives one body: the ball's three through massless bodies ``joint[1]``, ``joint[2]``
+that share the child's frame (the first carries the quaternion's rotation), the free joint's
+translation through ``joint[1..3]`` (`loopdyn.configuration` maps between ``q`` and ``v``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 
@@ -35,6 +46,7 @@ from .topology import Topology, analyse
 
 GROUND = "ground"
 TREE_KINDS = ("revolute", "prismatic")
+QUATERNION_KINDS = ("ball", "free")  # tree joints with a quaternion: nq != nv
 CUT_KINDS = ("revolute", "prismatic", "spherical", "universal", "weld")
 CHAIN_AXES = {"spherical": np.eye(3), "universal": np.eye(3)[:2]}
 
@@ -48,6 +60,39 @@ class CutJoint:
     kind: str
     body_a: int
     body_b: int
+
+
+@functools.cache
+def configuration_layout(nv: int, quaternion_slots: tuple[int, ...]):
+    """Where each velocity's configuration sits in ``q``: ``scalar[i]`` is the index in ``q`` of
+    body ``i``'s coordinate, or ``nq`` for the three bodies a quaternion turns (their joint angle
+    is 0, the rotation comes from the quaternion); ``start[k]`` is the index of quaternion ``k``'s
+    ``w`` (it turns bodies ``quaternion_slots[k] .. + 2``)."""
+    scalar, start, at, i = np.zeros(nv, dtype=np.int64), [], 0, 0
+    while i < nv:
+        if i in quaternion_slots:
+            start.append(at)
+            at, i = at + 4, i + 3
+        else:
+            scalar[i] = at
+            at, i = at + 1, i + 1
+    for s in quaternion_slots:
+        scalar[s : s + 3] = at
+    return scalar, np.array(start, dtype=np.int64)
+
+
+def configuration_names(coordinate_names, quaternion_slots) -> tuple[str, ...]:
+    """Names of the entries of ``q`` (see `Mechanism.configuration_names`)."""
+    names, i = [], 0
+    while i < len(coordinate_names):
+        if i in quaternion_slots:
+            joint = coordinate_names[i].rsplit("[", 1)[0]
+            names += [f"{joint}[q{axis}]" for axis in "wxyz"]
+            i += 3
+        else:
+            names.append(coordinate_names[i])
+            i += 1
+    return tuple(names)
 
 
 class Mechanism(eqx.Module):
@@ -105,6 +150,24 @@ class Mechanism(eqx.Module):
     spring_names: tuple[str, ...] = eqx.field(static=True)
     spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
     axis_names: tuple[str, str, str] = eqx.field(static=True, default=("x", "y", "z"))
+    quaternion_slots: tuple[int, ...] = eqx.field(static=True, default=())
+
+    @property
+    def nv(self) -> int:
+        """Size of the velocity ``v`` (and of accelerations and generalized forces)."""
+        return len(self.body_names)
+
+    @property
+    def nq(self) -> int:
+        """Size of the configuration ``q``: ``nv`` plus one per quaternion (ball, free joint)."""
+        return len(self.body_names) + len(self.quaternion_slots)
+
+    @property
+    def configuration_names(self) -> tuple[str, ...]:
+        """Name of each entry of ``q``: the coordinate's name, and for a quaternion
+        ``joint[qw]``, ``joint[qx]``, ``joint[qy]``, ``joint[qz]`` (`coordinate_names` name the
+        velocities)."""
+        return configuration_names(self.coordinate_names, self.quaternion_slots)
 
     @property
     def plane_axes(self) -> tuple[str, str]:
@@ -135,8 +198,15 @@ class Mechanism(eqx.Module):
 
     @property
     def coordinate_units(self) -> tuple[str, ...]:
-        """Unit of each coordinate: "m" for a prismatic joint, else "rad" (rates: "/s" added)."""
+        """Unit of each coordinate (velocity component): "m" for a prismatic joint (or a free
+        joint's translation), else "rad" (rates: "/s" added)."""
         return tuple("m" if kind == "prismatic" else "rad" for kind in self.joint_kinds)
+
+    @property
+    def configuration_units(self) -> tuple[str, ...]:
+        """Unit of each entry of ``q``: a coordinate's, and "1" for a quaternion's entries."""
+        units = dict(zip(self.coordinate_names, self.coordinate_units))
+        return tuple(units.get(name, "1") for name in self.configuration_names)
 
     @property
     def force_units(self) -> tuple[str, ...]:
@@ -173,6 +243,7 @@ class _Joint:
     actuated: bool
     coordinate: str
     passive: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # armature .. springref
+    quaternion: bool = False  # the first of a ball's three bodies: turned by a quaternion
 
 
 def _vector(value, size, what):
@@ -304,15 +375,20 @@ class MechanismBuilder:
         """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames).
         A revolute or prismatic tree joint may carry passive elements: ``armature`` (rotor
         inertia, kg m^2 or kg), ``damping`` (N m s or N s), ``stiffness`` (N m or N/m) pulling
-        towards ``springref`` (rad or m), as MuJoCo's joint attributes of the same names."""
+        towards ``springref`` (rad or m), as MuJoCo's joint attributes of the same names; a ball
+        or free joint its ``armature`` and ``damping``, on each of its velocities. A ball cut
+        joint is a spherical one."""
+        if kind == "ball" and (cut or child == GROUND or self._has_tree_joint(child)):
+            kind = "spherical"
         taken = {j.name for j in self._joints} | {j.coordinate for j in self._joints}
-        new = [name] + [f"{name}[{k}]" for k in range(len(CHAIN_AXES.get(kind, ())))]
+        count = {**{k: len(a) for k, a in CHAIN_AXES.items()}, "ball": 3, "free": 6}
+        new = [name] + [f"{name}[{k}]" for k in range(count.get(kind, 0))]
         clash = [n for n in new if n in taken]
         if clash:
             raise ValueError(
                 f"joint name {clash[0]!r} is already used (by a joint or a coordinate)"
             )
-        kinds = TREE_KINDS + CUT_KINDS
+        kinds = TREE_KINDS + QUATERNION_KINDS + CUT_KINDS
         if kind not in kinds:
             raise ValueError(
                 f"joint {name!r}: unknown kind {kind!r}; expected one of {sorted(set(kinds))}"
@@ -355,12 +431,23 @@ class MechanismBuilder:
                 raise ValueError(f"joint {name!r}: {what} must be a finite number, got {value!r}")
             if what != "springref" and value < 0:
                 raise ValueError(f"joint {name!r}: {what} must be >= 0, got {value}")
-        if any(passive) and (common["cut"] or kind not in TREE_KINDS):
+        if any(passive) and (common["cut"] or kind not in TREE_KINDS + QUATERNION_KINDS):
             raise ValueError(
                 f"joint {name!r}: armature, damping and stiffness act on the coordinate of a "
-                "revolute or prismatic tree joint"
+                "revolute, prismatic, ball or free tree joint"
             )
-        if kind in CHAIN_AXES and not common["cut"]:
+        if kind in QUATERNION_KINDS:
+            if self.planar or common["cut"] or any(passive[2:]):
+                why = (
+                    "does not fit a planar mechanism"
+                    if self.planar
+                    else "can only be a tree joint"
+                    if common["cut"]
+                    else "takes armature and damping only (no stiffness or springref)"
+                )
+                raise ValueError(f"joint {name!r}: a {kind} joint {why}")
+            self._add_quaternion_joint(name, kind, common, passive)
+        elif kind in CHAIN_AXES and not common["cut"]:
             if self.planar:
                 raise ValueError(
                     f"joint {name!r}: a {kind} tree joint does not fit a planar mechanism"
@@ -456,9 +543,52 @@ class MechanismBuilder:
                 )
             )
 
+    def _add_quaternion_joint(self, name, kind, common, passive):
+        """A ball joint as three bodies turned about the child joint frame's x, y, z axes, which
+        share the child's frame (the first carries the quaternion's rotation), after a free
+        joint's three slides along the parent joint frame's axes."""
+        eye, zero = np.eye(3), np.zeros(3)
+        slots = []  # (kind, axis, parent frame, child frame, quaternion)
+        if kind == "free":
+            start = (common["position"], common["rotation"])
+            slots = [
+                ("prismatic", eye[k], start if k == 0 else (zero, eye), (zero, eye), False)
+                for k in range(3)
+            ]
+        child = (common["child_position"], common["child_rotation"])
+        first = (common["position"], common["rotation"]) if kind == "ball" else (zero, eye)
+        slots += [("revolute", eye[k], first if k == 0 else child, child, k == 0) for k in range(3)]
+        links = [common["parent"]] + [f"{name}[{k}]" for k in range(1, len(slots))]
+        taken = [body for body in links[1:] if body in self._bodies]
+        if taken:
+            raise ValueError(f"joint {name!r} needs body name {taken[0]!r}, already used")
+        for body in links[1:]:
+            self.add_frame(body)
+        elements = (float(passive[0]), float(passive[1]), 0.0, 0.0)
+        for k, (slot, axis, (p, r), (c, cr), quaternion) in enumerate(slots):
+            self._joints.append(
+                _Joint(
+                    name=name,
+                    kind=slot,
+                    parent=links[k],
+                    child=(links + [common["child"]])[k + 1],
+                    axis=axis,
+                    position=p,
+                    rotation=r,
+                    child_position=c,
+                    child_rotation=cr,
+                    cut=False,
+                    actuated=False,
+                    coordinate=f"{name}[{k}]",
+                    passive=elements,
+                    quaternion=quaternion,
+                )
+            )
+
     def build(self, q0=None) -> Mechanism:
         """Check the model and freeze it into a `Mechanism`. ``q0``: reference configuration, a
-        mapping from coordinate name to value (missing ones are 0) or an array in body order."""
+        mapping from configuration name to value (missing ones are 0, a missing quaternion is
+        the identity) or an array of ``nq`` in body order."""
         if not self._bodies:
             raise ValueError("the mechanism has no bodies")
         tree = {j.child: j for j in self._joints if not j.cut}
@@ -513,6 +643,7 @@ class MechanismBuilder:
             return tuple(names)
 
         coordinates = tuple(j.coordinate for j in joints)
+        quaternions = tuple(k for k, j in enumerate(joints) if j.quaternion)
         cut_joints = tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts)
         structure = analyse(  # loops, subsystems, block pattern; refuses bad loops
             tuple(index[j.parent] for j in joints),
@@ -523,7 +654,7 @@ class MechanismBuilder:
             internal=[b.internal for b in bodies],
         )
         return Mechanism(
-            q0=jnp.asarray(self._reference(q0, coordinates)),
+            q0=jnp.asarray(self._reference(q0, coordinates, quaternions)),
             mass=stack([b.mass for b in bodies], ()),
             com=stack([b.com for b in bodies], (3,)),
             inertia=stack([b.inertia for b in bodies], (3, 3)),
@@ -558,20 +689,28 @@ class MechanismBuilder:
             actuator_names=tuple(j.coordinate for j in self._joints if j.actuated),
             cut_joints=cut_joints,
             topology=structure,
+            quaternion_slots=quaternions,
         )
 
     @staticmethod
-    def _reference(q0, coordinates):
-        if q0 is None:
-            return np.zeros(len(coordinates))
-        if isinstance(q0, dict):
-            unknown = set(q0) - set(coordinates)
+    def _reference(q0, coordinates, quaternions):
+        names = configuration_names(coordinates, quaternions)
+        identity = {n: 1.0 for n in names if n.endswith("[qw]")}
+        if q0 is None or isinstance(q0, dict):
+            unknown = set(q0 or {}) - set(names)
             if unknown:
                 raise ValueError(
-                    f"q0 names unknown coordinates {sorted(unknown)}; known: {list(coordinates)}"
+                    f"q0 names unknown coordinates {sorted(unknown)}; known: {list(names)}"
                 )
-            q0 = [q0.get(c, 0.0) for c in coordinates]
-        return _vector(q0, len(coordinates), "q0")
+            q0 = [{**identity, **(q0 or {})}.get(c, 0.0) for c in names]
+        q0 = _vector(q0, len(names), "q0")
+        _, starts = configuration_layout(len(coordinates), quaternions)
+        for a in starts:
+            norm = np.linalg.norm(q0[a : a + 4])
+            if not norm > 1e-9:
+                raise ValueError(f"q0: the quaternion {names[a][:-4]!r} is zero")
+            q0[a : a + 4] /= norm
+        return q0
 
     @staticmethod
     def _check_planar(joints):

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import dense, energy, forward, kinematics
+from . import configuration, dense, energy, forward, kinematics
 from ._checks import check_arrays, check_finite
 from .io.files import write_atomic
 from .mechanism import Mechanism
@@ -79,17 +79,20 @@ class Stats(eqx.Module):
 
 
 class Simulation(eqx.Module):
-    """A trajectory at the save times ``ts``: ``q``, ``qd`` (aligned with
-    ``mech.coordinate_names``), the multipliers ``lam`` (loop rows), ``loop_residual`` with columns
-    ``|Phi(q)|`` (position) and ``|J qd|`` (velocity), the total mechanical ``energy`` and the
+    """A trajectory at the save times ``ts``: ``q`` (aligned with ``mech.configuration_names``),
+    ``qd`` (with ``mech.coordinate_names``), the multipliers ``lam`` (loop rows),
+    ``loop_residual`` with columns ``|Phi(q)|`` (position) and ``|J qd|`` (velocity), the total
+    mechanical ``energy``, the norm of each quaternion in ``q`` as integrated (never normalised:
+    its distance from 1 is the integration's drift; poses use the normalised quaternion) and the
     solver `Stats`. Rows after a failure (see ``stats.result``) hold ``inf``."""
 
     ts: Float[Array, " T"]
-    q: Float[Array, "T n"]
+    q: Float[Array, "T nq"]
     qd: Float[Array, "T n"]
     lam: Float[Array, "T m"]
     loop_residual: Float[Array, "T 2"]
     energy: Float[Array, " T"]
+    quaternion_norm: Float[Array, "T k"]
     stats: Stats
 
     @property
@@ -130,7 +133,7 @@ def _on_manifold(mech, q, qd, iterations):
     for _ in range(iterations):
         jac = kinematics.loop_jacobian(mech, q)
         step = dense.solve(jac[:, dependent], kinematics.loop_residual(mech, q))
-        q = q.at[dependent].add(-step)
+        q = configuration.integrate(mech, q, jnp.zeros_like(qd).at[dependent].set(-step))
     jac = kinematics.loop_jacobian(mech, q)
     qd = qd.at[dependent].set(0.0)
     return q, qd.at[dependent].set(-dense.solve(jac[:, dependent], jac @ qd))
@@ -287,7 +290,7 @@ def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
         (q, qd), (mech, tau, t1) = y, args
         solution = _accelerations(mech, q, qd, _torque(tau, t1)(t, q, qd), options)
         nan = jnp.where(solution.singular, jnp.nan, 0.0)  # rejects the step: never a silent NaN
-        return qd, solution.qdd + nan
+        return configuration.rate(mech, q, qd), solution.qdd + nan
 
     controller = diffrax.PIDController(rtol=rtol, atol=atol)
     sol = diffrax.diffeqsolve(
@@ -342,13 +345,14 @@ def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
         result,
         reached,
     )
-    simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], stats)
+    norm = configuration.quaternion_norms(mech, q)
+    simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], norm, stats)
     return simulation, _Start(phi[0], velocity[0], scale[0], assembled)
 
 
 def simulate(
     mech: Mechanism,
-    q0: Float[Array, " n"],
+    q0: Float[Array, " nq"],
     qd0: Float[Array, " n"],
     t1: float,
     *,
@@ -523,8 +527,9 @@ def _check_closed(mech, start, tol):
 def save(path, simulation: Simulation, mech: Mechanism | None = None, **extra):
     """Write a simulation to ``path`` (``.npz``) atomically: a temporary file in the same folder,
     renamed over ``path`` once complete, so an interrupted run never leaves a truncated file.
-    With ``mech``, the file also names the columns (``coordinate_names``) and gives the units of
-    every array (``units``, a JSON object: per coordinate for ``q``, ``qd`` and ``tau``)."""
+    With ``mech``, the file also names the columns (``configuration_names`` of ``q``,
+    ``coordinate_names`` of ``qd``) and gives the units of every array (``units``, a JSON object:
+    per entry for ``q``, ``qd`` and ``tau``)."""
     arrays = {
         "ts": simulation.ts,
         "q": simulation.q,
@@ -532,19 +537,22 @@ def save(path, simulation: Simulation, mech: Mechanism | None = None, **extra):
         "lam": simulation.lam,
         "loop_residual": simulation.loop_residual,
         "energy": simulation.energy,
+        "quaternion_norm": simulation.quaternion_norm,
         **{f"stats_{k}": v for k, v in vars(simulation.stats).items()},
         **extra,
     }
     if mech is not None:
         units = {
             "ts": "s",
-            "q": list(mech.coordinate_units),
+            "q": list(mech.configuration_units),
             "qd": [f"{unit}/s" for unit in mech.coordinate_units],
             "tau": list(mech.force_units),
             "lam": "N for point rows, N m for angle rows",
             "loop_residual": ["m (|Phi|, angle rows in rad)", "m/s (|J qd|)"],
             "energy": "J",
+            "quaternion_norm": "1",
         }
         arrays["coordinate_names"] = np.array(mech.coordinate_names)
+        arrays["configuration_names"] = np.array(mech.configuration_names)
         arrays["units"] = np.array(json.dumps(units))
     write_atomic(path, lambda file: np.savez(file, **{k: np.asarray(v) for k, v in arrays.items()}))

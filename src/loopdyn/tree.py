@@ -42,8 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import spatial, trigonometry
-from .mechanism import Mechanism
+from . import configuration, spatial, trigonometry
+from .mechanism import Mechanism, configuration_layout
 
 CHUNK = 128  # states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
 UNROLL_LEVELS = 4  # trees this shallow run their level passes unrolled (B = 4096, one core:
@@ -232,19 +232,37 @@ def _pose_terms(mech):
     return rotations, positions + [slide]
 
 
-def _angles(q):
-    """``(sin q, 1 - cos q, q)``, each ``(k, 1, B)``."""
-    sin, versine = trigonometry.sin_versine(q)
-    return sin[:, None], versine[:, None], q[:, None]
+def _angles(mech, params, q):
+    """``(sin a, 1 - cos a, a)``, each ``(n, 1, B)``, of every body's joint coordinate ``a`` from
+    the configuration ``q`` ``(nq, B)`` (``a = 0`` for the bodies of a ball joint), and for a
+    mechanism with quaternions the change ``(n, 3, 3, B)``, ``(n, 3, B)`` they make to the poses
+    of the first bodies of ball joints: ``R = P Q C^T`` where the angle gives ``P C^T``."""
+    scalar, start = configuration_layout(mech.nv, mech.quaternion_slots)
+    a = jnp.concatenate([q, jnp.zeros_like(q[:1])])[scalar] if mech.quaternion_slots else q
+    sin, versine = trigonometry.sin_versine(a)
+    angles = (sin[:, None], versine[:, None], a[:, None])
+    if not mech.quaternion_slots:
+        return angles
+    parent, child_t, child_position = params.quaternion
+    turn = configuration.quaternion_matrix(*(q[start + k] for k in range(4)), axis=1)
+    turn = turn - jnp.eye(3, dtype=q.dtype)[..., None]
+    rotation = _mm(_mm(parent, turn), child_t)
+    changes = (rotation, -_mv(rotation, child_position))
+    slots = np.asarray(mech.quaternion_slots)
+    scatter = lambda x: jnp.zeros((mech.nv,) + x.shape[1:], x.dtype).at[slots].set(x)
+    return angles + tuple(scatter(x) for x in changes)
 
 
 def _joint_poses(terms, angles):
     """Rotation ``(k, 3, 3, B)`` and origin ``(k, 3, B)`` of bodies in their parents' frames from
     their `_pose_terms` (with a trailing batch axis) and `_angles`, computed before the pass."""
     (r0, r1, r2), (p0, p1, p2, p3) = terms
-    sin, vers, q = angles
+    sin, vers, q = angles[:3]
     rotation = r0 + sin[:, None] * r1 + vers[:, None] * r2
-    return rotation, p0 + sin * p1 + vers * p2 + q * p3
+    position = p0 + sin * p1 + vers * p2 + q * p3
+    if len(angles) == 3:
+        return rotation, position
+    return rotation + angles[3], position + angles[4]
 
 
 def _motion_to_world(planar, rotation, position, t):
@@ -355,6 +373,18 @@ def _subspaces(mech):
     return subspaces[:, _ROWS] if mech.planar else subspaces
 
 
+@functools.cache
+def _through(nv, quaternion_slots):
+    """``(n,)`` flags of the bodies whose children continue their ball joint (the first two of
+    its three), or None without ball joints."""
+    if not quaternion_slots:
+        return None
+    through = np.zeros(nv, dtype=bool)
+    for k in quaternion_slots:
+        through[k : k + 2] = True
+    return through
+
+
 class _Frames(NamedTuple):
     rotation: Array  # (n, 3, 3, B) world rotation of each body frame
     position: Array  # (n, 3, B) world origin
@@ -382,9 +412,12 @@ class _Parameters(NamedTuple):
     inertia: Array  # (n, 3, 3)
     gravity: Array  # (d,)
     armature: Array  # (n,) added to the diagonal of the mass matrix
+    quaternion: tuple | None  # P (k, 3, 3), C^T (k, 3, 3), c (k, 3) of the ball joints' frames
 
 
 def _parameters(mech) -> _Parameters:
+    slots = np.asarray(mech.quaternion_slots, dtype=int)
+    frames = (mech.parent_rotation, jnp.swapaxes(mech.child_rotation, -1, -2), mech.child_position)
     return _Parameters(
         _pose_terms(mech),
         _subspaces(mech),
@@ -393,6 +426,7 @@ def _parameters(mech) -> _Parameters:
         mech.inertia,
         _gravity(mech),
         mech.armature,
+        tuple(x[slots] for x in frames) if slots.size else None,
     )
 
 
@@ -401,30 +435,36 @@ def _frames(mech, params, q, qd=None, qdd=None):
     parent's), joint-rate propagation vector ``p_i``, and given ``qd`` its twist
     ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in the ground frame), and
     given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i + t_i x p_i qd_i`` with
-    gravity as the ground's."""
+    gravity as the ground's. The three bodies of a ball joint share one frame fixed in its child,
+    so their velocity-product term is ``t_start x p_i qd_i`` with ``t_start`` the twist where the
+    joint starts (for a one-body joint ``t_parent x p_i qd_i``, the same as ``t_i x p_i qd_i``)."""
     planar, dtype = mech.planar, q.dtype
     zero = lambda rows: jnp.zeros((rows, 1), dtype)
-    inputs = (params.terms, _angles(q), params.subspace, qd, qdd)
+    through = _through(mech.nv, mech.quaternion_slots)
+    inputs = (params.terms, _angles(mech, params, q), params.subspace, qd, qdd, through)
     ground = (
         jnp.eye(3, dtype=dtype)[..., None],
         zero(3),
         None if qd is None else zero(mech.dim),
+        None if qd is None or through is None else zero(mech.dim),
         None if qdd is None else params.gravity,
     )
 
     def step(above, inputs):
-        (r, x, t, dt), (terms, angles, local, qd, qdd) = above, inputs
+        (r, x, t, start, dt), (terms, angles, local, qd, qdd, through) = above, inputs
         joint_r, joint_x = _joint_poses(terms, angles)
         r, x = _mm(r, joint_r), x + _mv(r, joint_x)
         s = _motion_to_world(planar, r, x, local)
         bias = None
         if qd is not None:
             rate = s * qd[:, None]
+            bias = _cross_motion(planar, t if start is None else start, rate)
             t = t + rate
-            bias = _cross_motion(planar, t, rate)
+            if start is not None:
+                start = jnp.where(through[:, None, None], start, t)
         if qdd is not None:
             dt = dt + s * qdd[:, None] + bias
-        return (r, x, t, dt), (r, x, s, t, bias, dt)
+        return (r, x, t, start, dt), (r, x, s, t, bias, dt)
 
     r, x, s, t, bias, dt = _down(mech, step, ground, inputs)
     return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, bias, dt)
@@ -452,13 +492,14 @@ def _wrenches(mech, frames, f_world):
 
 def _batched(mech, core, f_ext=None, **states):
     """``core(params, *states, f_ext)`` on the internal layout for states of shape ``(*batch, n)``
-    (and ``f_ext`` ``(n, d)`` or ``(*batch, n, d)``); the outputs (a pytree) come back as
-    ``(*batch, ...)``. Checks the shapes, naming the argument."""
+    (``q``: ``(*batch, nq)``; and ``f_ext`` ``(n, d)`` or ``(*batch, n, d)``); the outputs (a
+    pytree) come back as ``(*batch, ...)``. Checks the shapes, naming the argument."""
     n, arrays, batch = mech.num_bodies, [], None
     for name, x in states.items():
-        x = jnp.asarray(x)
-        if x.ndim == 0 or x.shape[-1] != n:
-            raise ValueError(f"{name} has shape {x.shape}; expected (..., {n}) for {n} bodies")
+        x, size = jnp.asarray(x), mech.nq if name == "q" else n
+        if x.ndim == 0 or x.shape[-1] != size:
+            what = f"nq = {size}" if size != n else f"{n} bodies"
+            raise ValueError(f"{name} has shape {x.shape}; expected (..., {size}) for {what}")
         if batch is not None and x.shape[:-1] != batch:
             raise ValueError(f"{name} has batch shape {x.shape[:-1]}; the other states {batch}")
         batch = x.shape[:-1]
@@ -562,7 +603,9 @@ def _native(core, with_f_ext, base, params, arrays):
 @eqx.filter_jit
 def joint_poses(mech: Mechanism, q: Float[Array, "... n"]):
     """Rotation ``(..., n, 3, 3)`` and origin ``(..., n, 3)`` of each body in its parent's frame."""
-    return _batched(mech, lambda params, q, _: _joint_poses(params.terms, _angles(q)), q=q)
+    return _batched(
+        mech, lambda params, q, _: _joint_poses(params.terms, _angles(mech, params, q)), q=q
+    )
 
 
 @eqx.filter_jit

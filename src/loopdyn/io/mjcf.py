@@ -9,12 +9,17 @@ The mapping, MuJoCo -> loopdyn:
 - A body without joints is welded to its parent. Its mass and inertia are merged into the nearest
   moving ancestor, and it is no loopdyn body of its own; a body welded to the world is part of the
   ground.
-- Joints: hinge -> revolute, slide -> prismatic, ball -> spherical (the builder's chain of revolutes
-  about the joint frame's x, y, z, coordinates ``name[0..2]``). The joint frame sits at ``jnt_pos``
-  with the body's orientation. Several joints in one body act in order, as in MuJoCo, through
-  massless bodies ``body[k]`` (k = 0 .. count - 2): the body frame after the first k + 1 joints.
-- Coordinates: a hinge or slide coordinate equals its MuJoCo ``qpos`` entry, and ``mech.q0`` is
-  MuJoCo's ``qpos0``: 0, or the joint's ``ref``. At ``q0`` the bodies sit as the file draws them.
+- Joints: hinge -> revolute, slide -> prismatic, ball -> ball, free -> free (unit quaternions,
+  `loopdyn.mechanism`). The joint frame sits at ``jnt_pos`` with the body's orientation (a free
+  joint's at the body's origin, in the world). Several joints in one body act in order, as in
+  MuJoCo, through massless bodies ``body[k]`` (k = 0 .. count - 2): the body frame after the
+  first k + 1 joints.
+- Coordinates: ``q`` and ``v`` are MuJoCo's ``qpos`` and ``qvel``, entry by entry (a hinge's
+  angle, a slide's shift, a ball's quaternion ``(w, x, y, z)`` and its angular velocity in the
+  body's axes, a free joint's position and quaternion, its linear velocity in world axes and
+  angular velocity in the body's), and accelerations are ``qacc``; ``mech.q0`` is MuJoCo's
+  ``qpos0`` (a hinge's or slide's ``ref``, a free body's placement in the file). At ``q0`` the
+  bodies sit as the file draws them.
 - ``<equality><connect>`` becomes a spherical cut joint, or a revolute one about z in a planar
   mechanism. ``<equality><weld>`` becomes a weld cut joint. Both are anchored on bodies
   (``eq_data``: MuJoCo computes body2's point or pose at ``qpos0``) or on sites (the site points
@@ -49,19 +54,20 @@ The mapping, MuJoCo -> loopdyn:
   closed-loop mechanism that moves in parallel planes but fails this test (gravity out of its
   plane, or a body frame tilted out of it) is refused unless ``planar=False``: as a spatial model
   its connect/weld constraints would have rows that vanish identically.
-- A hinge's or slide's ``armature``, ``damping`` and ``stiffness`` (about ``springref``) become the
-  coordinate's passive elements (`loopdyn.mechanism.Mechanism`), as MuJoCo applies them.
+- A hinge's or slide's ``armature``, ``damping`` and ``stiffness`` (about ``springref``), and a
+  ball's or free joint's ``armature`` and ``damping``, become the coordinates' passive elements
+  (`loopdyn.mechanism.Mechanism`), as MuJoCo applies them.
 - Unnamed bodies, joints and equalities are named ``body<id>``, ``joint<id>`` and
   ``equality<id>``, with MuJoCo's element id.
 
 Joint limits are ignored with a warning (loopdyn enforces none). What loopdyn cannot represent
-is listed all at once, each element named, in one ``ValueError``: free joints, a ball joint's
-stiffness, damping or armature, polynomial stiffness or damping, friction loss, mocap bodies, gravity compensation, tendons, flexes,
-explicit contact pairs, equality constraints other than active connect/weld, actuators other
-than a joint motor, and fluid forces. With ``unsupported="warn"`` the model loads without them
-(one warning lists what the simulation leaves out: those equalities and actuators are dropped,
-the forces and contacts do not act, mocap bodies stay where drawn); free joints and flexes are
-refused either way. Geoms count only through the inertia MuJoCo
+is listed all at once, each element named, in one ``ValueError``: a ball or free joint's
+stiffness, polynomial stiffness or damping, friction loss, mocap bodies, gravity compensation,
+tendons, flexes, explicit contact pairs, equality constraints other than active connect/weld,
+actuators other than a joint motor, and fluid forces. With ``unsupported="warn"`` the model loads
+without them (one warning lists what the simulation leaves out: those equalities and actuators
+are dropped, the forces and contacts do not act, mocap bodies stay where drawn); flexes, and free
+joints below the world's children, are refused either way. Geoms count only through the inertia MuJoCo
 computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
 cameras, lights, keyframes, the time step and the integrator.
 """
@@ -85,7 +91,8 @@ _GAP = 1e-9  # connect points farther apart at qpos0 than this (times the model'
 _Z = np.array([0.0, 0.0, 1.0])
 # MuJoCo's enums (mjtJoint, mjtEq, mjtObj, mjtDisableBit), fixed in its C API.
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
-_JOINT_KINDS = {_BALL: "spherical", _SLIDE: "prismatic", _HINGE: "revolute"}
+_JOINT_KINDS = {_FREE: "free", _BALL: "ball", _SLIDE: "prismatic", _HINGE: "revolute"}
+_DOFS = {_FREE: 6, _BALL: 3, _SLIDE: 1, _HINGE: 1}
 _WELD = 1
 _EQ_TYPES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _OBJ_BODY, _OBJ_SITE = 1, 6
@@ -101,7 +108,7 @@ def load_mjcf(
     ``<``) or a compiled ``mujoco.MjModel``. See the module docstring for the mapping. ``planar``:
     None detects it, True or False forces it. ``unsupported``: ``"error"`` raises one
     ``ValueError`` listing every feature loopdyn cannot represent; ``"warn"`` loads the model
-    without them and warns once with the list (free joints and flexes are refused either way)."""
+    without them and warns once with the list (flexes are refused either way)."""
     return _load(source, planar, unsupported)[0]
 
 
@@ -162,13 +169,23 @@ def _load(source, planar, unsupported):
             spec = {**spec, "kind": "revolute" if planar else "spherical"}
         builder.add_joint(**spec)
     q0 = {
-        _name(model, "joint", j): model.qpos0[model.jnt_qposadr[j]]
+        key: model.qpos0[model.jnt_qposadr[j] + k]
         for j in range(model.njnt)
-        if model.jnt_type[j] in (_SLIDE, _HINGE)
+        for k, key in enumerate(_configuration_names(model, j))
     }
     mech = dataclasses.replace(builder.build(q0=q0), axis_names=_axis_names(turn))
     _warn_open_connects(model)
     return mech, turn
+
+
+def _configuration_names(model, j):
+    """loopdyn's names of joint ``j``'s entries of ``qpos`` (`Mechanism.configuration_names`)."""
+    name, kind = _name(model, "joint", j), model.jnt_type[j]
+    quaternion = [f"{name}[q{axis}]" for axis in "wxyz"]
+    return {
+        _FREE: [f"{name}[{k}]" for k in range(3)] + quaternion,
+        _BALL: quaternion,
+    }.get(kind, [name])
 
 
 def _compile(source):
@@ -264,7 +281,7 @@ def _unsupported(model) -> list[_Unsupported]:
 def _refuse_unsupported(model, unsupported):
     """Raise one ``ValueError`` listing every unsupported feature (``unsupported="error"``), or
     warn once listing what the loaded mechanism leaves out (``"warn"``); features that cannot be
-    left out (free joints, flexes) are refused either way. Returns the elements to drop."""
+    left out (flexes, nested free joints) are refused either way. Returns the elements to drop."""
     if unsupported not in ("error", "warn"):
         raise ValueError(f"unsupported must be 'error' or 'warn', got {unsupported!r}")
     problems = _unsupported(model)
@@ -289,30 +306,27 @@ def _refuse_unsupported(model, unsupported):
 
 def _joint_problems(model, j):
     name, kind = _name(model, "joint", j), model.jnt_type[j]
-    if kind == _FREE:
+    if kind == _FREE and model.body_parentid[model.jnt_bodyid[j]] != 0:
         return [
             _Unsupported(
-                f"joint {name!r} (body {_name(model, 'body', model.jnt_bodyid[j])!r}) is a "
-                "free joint: loopdyn mechanisms hang from the ground",
+                f"joint {name!r} is a free joint in a body that is not a child of the world",
                 ignorable=False,
             )
         ]
-    dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + (3 if kind == _BALL else 1))
+    dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + _DOFS[kind])
     if np.any(model.jnt_limited[j]):
         warnings.warn(
             f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
             "they are ignored",
             stacklevel=6,  # load_mjcf's caller
         )
-    ball = kind == _BALL  # a hinge or slide keeps linear stiffness, damping and armature
+    turned = kind in (_BALL, _FREE)  # a quaternion: no linear stiffness about springref
     return [
         _Unsupported(f"joint {name!r} has {what}")
         for what, fields, index in (
-            ("stiffness", ("jnt_stiffness",) if ball else (), j),
+            ("stiffness", ("jnt_stiffness",) if turned else (), j),
             ("polynomial stiffness", ("jnt_stiffnesspoly",), j),
-            ("damping", ("dof_damping",) if ball else (), dofs),
             ("polynomial damping", ("dof_dampingpoly",), dofs),
-            ("armature", ("dof_armature",) if ball else (), dofs),
             ("frictionloss", ("dof_frictionloss",), dofs),
         )
         if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f))
@@ -422,7 +436,9 @@ def _tree_joints(model, frames, dropped):
         massless += links[1:-1]
         for k, j in enumerate(range(first, first + count)):
             kind, axis, anchor = model.jnt_type[j], model.jnt_axis[j], model.jnt_pos[j]
-            ref = model.qpos0[model.jnt_qposadr[j]] if kind != _BALL else 0.0
+            ref = model.qpos0[model.jnt_qposadr[j]] if kind in (_HINGE, _SLIDE) else 0.0
+            if kind == _FREE:  # MuJoCo places the body frame in the world by qpos itself
+                rotation, origin, anchor = np.eye(3), np.zeros(3), np.zeros(3)
             # Turn (hinge) or shift (slide) the parent's joint frame by -ref: q = qpos.
             specs.append(
                 {
@@ -430,13 +446,13 @@ def _tree_joints(model, frames, dropped):
                     "kind": _JOINT_KINDS[kind],
                     "parent": links[k],
                     "child": links[k + 1],
-                    "axis": None if kind == _BALL else axis,
+                    "axis": axis if kind in (_HINGE, _SLIDE) else None,
                     "position": origin
                     + rotation @ (anchor - axis * ref if kind == _SLIDE else anchor),
                     "rotation": rotation @ _axis_angle(axis, -ref) if kind == _HINGE else rotation,
                     "child_position": anchor,
                     "actuated": j in actuated,
-                    **(_passive(model, j) if kind in (_HINGE, _SLIDE) else {}),
+                    **_passive(model, j),
                 }
             )
             rotation, origin = np.eye(3), np.zeros(3)
@@ -444,11 +460,17 @@ def _tree_joints(model, frames, dropped):
 
 
 def _passive(model, j):
-    """Hinge or slide ``j``'s armature, damping, stiffness and springref (``qpos_spring``)."""
+    """Joint ``j``'s armature and damping, and a hinge's or slide's stiffness and springref
+    (``qpos_spring``). MuJoCo gives a ball's or free joint's every velocity the same."""
     dof = model.jnt_dofadr[j]
-    return {
+    elements = {
         "armature": float(model.dof_armature[dof]),
         "damping": float(model.dof_damping[dof]),
+    }
+    if model.jnt_type[j] in (_BALL, _FREE):
+        return elements
+    return {
+        **elements,
         "stiffness": float(model.jnt_stiffness[j]),
         "springref": float(model.qpos_spring[model.jnt_qposadr[j]]),
     }
@@ -511,7 +533,7 @@ def _plane_normal(model):
         rotation.append(rotation[model.body_parentid[b]] @ _quat_matrix(model.body_quat[b]))
     world = [rotation[model.jnt_bodyid[j]] @ model.jnt_axis[j] for j in range(model.njnt)]
     hinges = [a for a, kind in zip(world, model.jnt_type) if kind == _HINGE]
-    if _BALL in model.jnt_type or not hinges:
+    if _BALL in model.jnt_type or _FREE in model.jnt_type or not hinges:
         return None
     normal = hinges[0] / np.linalg.norm(hinges[0])
     in_planes = all(np.linalg.norm(np.cross(a, normal)) < 1e-9 for a in hinges) and all(
@@ -614,8 +636,8 @@ def _planar_misfit(specs, gravity):
         return f"gravity {gravity.tolist()} has a z component"
     for s in specs:
         name, kind = s["name"], s["kind"]
-        if kind == "spherical":
-            return f"joint {name!r} is a ball joint"
+        if kind in ("spherical", "ball", "free"):
+            return f"joint {name!r} is a {kind if kind == 'free' else 'ball'} joint"
         for key in ("rotation", "child_rotation"):
             if key in s and not np.allclose(s[key] @ _Z, _Z, rtol=0.0, atol=_TOL):
                 return f"joint {name!r}: its frame turns out of the plane of motion"
