@@ -31,10 +31,12 @@ spherical  point x, y, z                              point x, y (as a planar re
 weld       point x, y, z; angle(x,y), (y,z), (z,x)    point x, y; angle(x, y)
 =========  =========================================  =======================================
 
-A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
+A spherical cut joint whose point rows are structurally redundant (a planar sub-loop closed by a
+``connect``, `loopdyn.redundancy`) keeps ``across n`` rows for the directions ``n`` of frame a
+listed in ``mech.reduced_points`` instead. A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
 body b, the cross of the tree's universal joints. Signs: the multiplier of a ``point`` row is the
 force that body a exerts on body b at the cut joint, in world axes (planar: the 2-vectors of the
-seeds); that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
+seeds); that of an ``across`` row its component along ``R_a n``; that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def _row_specs(mech, c):
         }[kind]
     points = [("point", x), ("point", y), ("point", z)]
     lock = [("angle", x, y), ("angle", y, z), ("angle", z, x)]
+    reduced = dict(mech.reduced_points)
+    if c in reduced:  # `loopdyn.redundancy`: the point rows that remain, across fixed directions
+        return [("across", jnp.asarray(n, axis.dtype)) for n in reduced[c]]
     if kind in ("revolute", "prismatic"):
         s1, s2 = _basis(axis)
         if kind == "revolute":

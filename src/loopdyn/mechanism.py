@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from . import redundancy
 from .topology import Topology, analyse
 
 GROUND = "ground"
@@ -98,10 +99,14 @@ def configuration_names(coordinate_names, quaternion_slots) -> tuple[str, ...]:
 class Mechanism(eqx.Module):
     """A multibody mechanism: static topology plus array parameters (see module docstring).
 
-    Arrays are indexed by body ``i`` (tree order); body ``i`` is moved by coordinate ``q[i]``
-    through its tree joint from ``parent[i]`` (-1: ground). Cut-joint arrays are indexed like
-    ``cut_joints``. ``q0`` is the reference configuration the model was described in (like
-    MuJoCo's ``qpos0``): a starting point for assembly and simulation. Springs are linear
+    Arrays are indexed by body ``i`` (tree order); body ``i`` is moved by velocity ``v[i]``
+    through its tree joint from ``parent[i]`` (-1: ground), and by ``q[i]`` when the mechanism has
+    no quaternions (``quaternion_slots``: the first body of each ball; `configuration_layout`).
+    Cut-joint arrays are indexed like ``cut_joints``; ``reduced_points`` lists the spherical cut
+    joints whose structurally redundant point rows were dropped, with the directions in cut frame
+    a that remain (`loopdyn.redundancy`). ``q0`` (``nq``) is the reference configuration the
+    model was described in (like MuJoCo's ``qpos0``): a starting point for assembly and
+    simulation. Springs are linear
     point-to-point spring-dampers between ``spring_point_a`` on body ``spring_bodies[k][0]`` and
     ``spring_point_b`` on body ``spring_bodies[k][1]`` (body coordinates, -1: ground).
     Each coordinate's passive joint elements, as MuJoCo's: ``armature`` (a rotor inertia added to
@@ -127,7 +132,7 @@ class Mechanism(eqx.Module):
     cut_position_a: Float[Array, "m 3"]
     cut_rotation_b: Float[Array, "m 3 3"]
     cut_position_b: Float[Array, "m 3"]
-    q0: Float[Array, " n"]
+    q0: Float[Array, " nq"]
     spring_point_a: Float[Array, "s 3"]
     spring_point_b: Float[Array, "s 3"]
     spring_stiffness: Float[Array, " s"]
@@ -151,6 +156,9 @@ class Mechanism(eqx.Module):
     spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
     axis_names: tuple[str, str, str] = eqx.field(static=True, default=("x", "y", "z"))
     quaternion_slots: tuple[int, ...] = eqx.field(static=True, default=())
+    reduced_points: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = eqx.field(
+        static=True, default=()
+    )
 
     @property
     def nv(self) -> int:
@@ -645,13 +653,22 @@ class MechanismBuilder:
         coordinates = tuple(j.coordinate for j in joints)
         quaternions = tuple(k for k, j in enumerate(joints) if j.quaternion)
         cut_joints = tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts)
+        parents = tuple(index[j.parent] for j in joints)
+        reduced = (
+            {}
+            if self.planar
+            else redundancy.reduced_point_rows(
+                joints, parents, quaternions, [(j, index[j.parent], index[j.child]) for j in cuts]
+            )
+        )
         structure = analyse(  # loops, subsystems, block pattern; refuses bad loops
-            tuple(index[j.parent] for j in joints),
+            parents,
             cut_joints,
             self.planar,
             actuated=[k for k, j in enumerate(joints) if j.actuated],
             body_names=order,
             internal=[b.internal for b in bodies],
+            row_counts={c: len(rows) for c, rows in reduced.items()},
         )
         return Mechanism(
             q0=jnp.asarray(self._reference(q0, coordinates, quaternions)),
@@ -690,6 +707,7 @@ class MechanismBuilder:
             cut_joints=cut_joints,
             topology=structure,
             quaternion_slots=quaternions,
+            reduced_points=tuple(sorted(reduced.items())),
         )
 
     @staticmethod

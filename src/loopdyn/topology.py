@@ -228,11 +228,14 @@ def determinate_order(loops, subsystems, actuated, determinate=None):
     return tuple(order), tuple(solved), tuple(remaining)
 
 
-def analyse(parent, cut_joints, planar, actuated=(), body_names=None, internal=None) -> Topology:
+def analyse(
+    parent, cut_joints, planar, actuated=(), body_names=None, internal=None, row_counts=None
+) -> Topology:
     """The `Topology` of a spanning tree ``parent`` (depth-first body order, -1 the ground) closed
     by ``cut_joints`` (`mechanism.CutJoint`); ``actuated`` are the actuated coordinates and
     ``internal`` flags the massless bodies inside multi-DOF joints (they do not count as rigid
-    bodies of a loop). Raises ``ValueError`` naming the cut joint for a loop through a single
+    bodies of a loop); ``row_counts`` ``{cut index: rows}`` overrides the row count of cut joints
+    whose redundant rows were dropped (`loopdyn.redundancy`). Raises ``ValueError`` naming the cut joint for a loop through a single
     rigid body, a cut joint kind that does not fit a planar mechanism, and a loop whose rows
     outnumber its coordinates (its rows are then dependent at every closed configuration)."""
     n = len(parent)
@@ -254,7 +257,8 @@ def analyse(parent, cut_joints, planar, actuated=(), body_names=None, internal=N
                 f"cut joint {cut.name!r}: a {cut.kind} joint does not fit a "
                 f"{'planar' if planar else 'spatial'} mechanism; expected one of {sorted(table)}"
             )
-        loop = _loop(parent, c, cut, table[cut.kind], subsystem_of, body_names, internal)
+        rows = (row_counts or {}).get(c, table[cut.kind])
+        loop = _loop(parent, c, cut, rows, subsystem_of, body_names, internal)
         if len(loop.coordinates) < loop.rows:
             raise ValueError(
                 f"cut joint {cut.name!r}: its loop has {len(loop.coordinates)} joint coordinates "
