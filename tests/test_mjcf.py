@@ -11,7 +11,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from loopdyn import kinematics, tree
+from loopdyn import configuration, kinematics, tree
 from loopdyn.io.mjcf import load_mjcf, world_rotation
 from loopdyn.mechanism import MechanismBuilder
 
@@ -147,22 +147,6 @@ def euler_quat(angles):
     return quat
 
 
-def qpos_qvel(model, mech, q, qd):
-    """MuJoCo's state for loopdyn's (q, qd): hinge and slide coordinates are qpos entries; ball
-    joints become quaternions (qd of ball joints is not mapped: only hinge/slide models use it)."""
-    qpos, qvel = model.qpos0.copy(), np.zeros(model.nv)
-    for k, name in enumerate(mech.coordinate_names):
-        joint, _, rest = name.partition("[")
-        j = mujoco_id(model, "joint", joint)
-        if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
-            if rest == "0]":
-                qpos[model.jnt_qposadr[j] : model.jnt_qposadr[j] + 4] = euler_quat(q[k : k + 3])
-        else:
-            qpos[model.jnt_qposadr[j]] = q[k]
-            qvel[model.jnt_dofadr[j]] = qd[k]
-    return qpos, qvel
-
-
 def mujoco_forward(model, qpos, qvel):
     data = mujoco.MjData(model)
     data.qpos[:], data.qvel[:] = qpos, qvel
@@ -205,7 +189,7 @@ def assert_dynamics_match_mujoco(model, mech, dofs, qs, qds):
     """Tree mass matrix and bias forces (Coriolis, centrifugal, gravity) against MuJoCo's."""
     mass, bias = map(np.asarray, loopdyn_dynamics(mech, qs, qds))
     for k in range(len(qs)):
-        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        data = mujoco_forward(model, qs[k], qds[k])
         full = np.zeros((model.nv, model.nv))
         mujoco.mj_fullM(model, data, full)
         np.testing.assert_allclose(mass[k], full[np.ix_(dofs, dofs)], atol=1e-12, rtol=1e-12)
@@ -214,10 +198,11 @@ def assert_dynamics_match_mujoco(model, mech, dofs, qs, qds):
 
 
 def random_states(mech, count, seed):
-    """``count`` random (q, qd), the first one at ``q0``, at rest."""
+    """``count`` random (q, qd), the first one at ``q0``, at rest: MuJoCo's qpos and qvel."""
     rng = np.random.default_rng(seed)
-    qs = np.asarray(mech.q0) + rng.uniform(-1.0, 1.0, size=(count, mech.num_bodies))
-    qds = rng.normal(size=(count, mech.num_bodies))
+    moves = rng.uniform(-1.0, 1.0, size=(count, mech.nv))
+    qs = np.array(configuration.integrate(mech, mech.q0, moves))
+    qds = rng.normal(size=(count, mech.nv))
     qs[0], qds[0] = mech.q0, 0.0
     return qs, qds
 
@@ -249,7 +234,7 @@ def test_planar_loops_match_builder_and_mujoco(name, reference, dynamics):
 
     dofs = [model.jnt_dofadr[mujoco_id(model, "joint", c)] for c in mech.coordinate_names]
     for k in range(len(qs)):
-        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        data = mujoco_forward(model, qs[k], qds[k])
         assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == mech.num_bodies
         gaps = np.concatenate([equality_gap(model, data, e) for e in range(model.neq)])
         # loopdyn's planar revolute rows are (p_b - p_a)_{x,y}; MuJoCo's connect rows p_1 - p_2.
@@ -397,16 +382,24 @@ def test_any_plane_loads_planar_like_xy_spatial_and_mujoco(plane):
         np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
     np.testing.assert_allclose(mass, mass_3d, atol=TOL, rtol=0)
     np.testing.assert_allclose(bias, bias_3d, atol=TOL, rtol=0)
-    for got, rows in zip((phi, jac, rate), terms_3d):  # spatial point rows, turned into the plane
-        np.testing.assert_allclose(
-            got, np.einsum("ij,kj...->ki...", rotation, rows)[:, :2], atol=TOL, rtol=0
-        )
+    # Spatially the connect's row along the plane's normal is redundant: the rows that remain
+    # are across frame a's in-plane axes, the planar gap seen in frame a.
+    rot_3d, pos_3d, _, _ = loopdyn_kinematics(spatial, qs)
+    frame_a = np.stack([cut_frames(spatial, r, p, 0)[0][0] for r, p in zip(rot_3d, pos_3d)])
+    ((cut, kept),) = spatial.reduced_points
+    across = frame_a @ np.asarray(kept).T  # (states, 3, 2): world directions of the rows
+    assert cut == 0 and np.allclose(across.transpose(0, 2, 1) @ rotation[2], 0.0, atol=TOL)
+    in_file = np.einsum("ji,kj->ki", rotation[:2], phi)  # the planar gap in the file's axes
+    np.testing.assert_allclose(terms_3d[0], np.einsum("kij,ki->kj", across, in_file), atol=TOL)
+    np.testing.assert_allclose(  # at q0, closed, J is the planar J seen in frame a too
+        terms_3d[1][0], across[0].T @ rotation[:2].T @ jac[0], atol=TOL, rtol=0
+    )
     assert abs(phi).max() > 1e-2 and abs(phi[0]).max() < TOL  # closed at q0 only
 
     dofs = [model.jnt_dofadr[mujoco_id(model, "joint", c)] for c in mech.coordinate_names]
     assert_dynamics_match_mujoco(model, mech, dofs, qs, qds)
     for k in range(len(qs)):  # poses and loop gaps back in the file's frame
-        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        data = mujoco_forward(model, qs[k], qds[k])
         file_rot, file_pos = rotation.T @ rot[k] @ rotation, pos[k] @ rotation
         assert assert_poses_match_mujoco(model, mech, file_rot, file_pos, data) == 3
         np.testing.assert_allclose(
@@ -461,7 +454,7 @@ def test_serial_dynamics_match_mujoco():
     qs, qds = random_states(mech, 5, seed=2)
     rot, pos, _, _ = map(np.asarray, loopdyn_kinematics(mech, qs))
     for k in range(len(qs)):
-        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        data = mujoco_forward(model, qs[k], qds[k])
         assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == 4
     assert_dynamics_match_mujoco(model, mech, dofs, qs, qds)
 
@@ -475,7 +468,7 @@ def test_rssr_ball_joint_and_spherical_cut_match_mujoco():
     rot, pos, phi, _ = map(np.asarray, loopdyn_kinematics(mech, qs))
     np.testing.assert_allclose(phi[0], 0.0, atol=TOL)  # closed at q0
     for k in range(len(qs)):
-        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        data = mujoco_forward(model, qs[k], qds[k])
         assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == 3
         np.testing.assert_allclose(phi[k], -equality_gap(model, data, 0), atol=TOL, rtol=0)
     assert abs(phi).max() > 1e-2
@@ -543,17 +536,24 @@ def test_weld_and_connect_frames_match_mujoco():
     ]
     b_tip_on_b = mech.cut_joints[0].body_b == mech.body_index("b")  # b_tip is merged into b
     assert b_tip_on_b and mech.cut_joints[4].body_b == -1  # the post is part of the ground
+    # b's three hinges meet at its origin: the post's connect can only move s2 on a sphere about
+    # it, so the row along the radius (fixed in s2's frame) is dropped.
+    reduced = dict(mech.reduced_points)
+    assert list(reduced) == [4] and mech.topology.loops[4].rows == 2
     qs, qds = random_states(mech, 4, seed=4)
     rot, pos, phi, _ = map(np.asarray, loopdyn_kinematics(mech, qs))
     for k in range(len(qs)):
-        data = mujoco_forward(model, *qpos_qvel(model, mech, qs[k], qds[k]))
+        data = mujoco_forward(model, qs[k], qds[k])
         assert assert_poses_match_mujoco(model, mech, rot[k], pos[k], data) == 2
         for c, cut in enumerate(mech.cut_joints):
             gap = equality_gap(model, data, c)
             (rot_a, pos_a), (rot_b, pos_b) = cut_frames(mech, rot[k], pos[k], c)
             np.testing.assert_allclose(pos_a - pos_b, gap[:3], atol=TOL, rtol=0)
-            row = mech.topology.row_slices[c][0]
-            np.testing.assert_allclose(phi[k, row : row + 3], -gap[:3], atol=TOL, rtol=0)
+            rows = slice(*mech.topology.row_slices[c])
+            directions = rot_a @ np.asarray(reduced[c]).T if c in reduced else np.eye(3)
+            np.testing.assert_allclose(
+                phi[k, rows][: directions.shape[1]], -directions.T @ gap[:3], atol=TOL, rtol=0
+            )
             if cut.kind == "weld":  # MuJoCo: vector part of the quaternion of R_b^T R_a (+-)
                 quat = np.zeros(4)
                 mujoco.mju_mat2Quat(quat, (rot_b.T @ rot_a).flatten())
@@ -576,10 +576,6 @@ def _model(worldbody="", extra=""):
 @pytest.mark.parametrize(
     "xml, message",
     [
-        (
-            _model('<body name="box"><freejoint name="floating"/><geom size="0.1"/></body>'),
-            "joint 'floating' (body 'box') is a free joint",
-        ),
         (
             _model(
                 extra='<tendon><fixed name="cable"><joint joint="hinge" coef="1"/></fixed></tendon>'
@@ -608,10 +604,10 @@ def _model(worldbody="", extra=""):
         ),
         (
             _model(
-                '<body name="limb"><joint name="hip" type="ball" damping="0.1"/>'
+                '<body name="limb"><joint name="hip" type="ball" stiffness="0.1"/>'
                 '<geom size="0.1"/></body>'
             ),
-            "joint 'hip' has damping",
+            "joint 'hip' has stiffness",
         ),
         (
             _model(extra='<contact><pair name="touch" geom1="g1" geom2="g2"/></contact>'),
@@ -650,9 +646,6 @@ def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warnin
         mech = load_mjcf(xml, unsupported="warn")
     assert all(item in str(warned[0].message) for item in listed) and len(warned) == 1
     assert mech.cut_joints == () and mech.actuator_names == ("wrist",)
-    free = _model('<body name="box"><freejoint name="floating"/><geom size="0.1"/></body>')
-    with pytest.raises(ValueError, match="is a free joint"):
-        load_mjcf(free, unsupported="warn")
 
 
 def test_bad_sources():

@@ -36,10 +36,10 @@ def scalar_coordinates(mech: Mechanism, q: Float[Array, "... nq"]) -> Float[Arra
     return jnp.concatenate([q, jnp.zeros_like(q[..., :1])], axis=-1)[..., scalar]
 
 
-def quaternion_matrix(w, x, y, z, axis=-1):
+def quaternion_matrix(w, x, y, z, axis=-2):
     """Rotation matrix of the quaternion ``(w, x, y, z)`` after normalising it; the components
-    are arrays of one shape, the matrix's two axes are inserted at ``axis`` and ``axis + 1``
-    (``axis`` counted for the result)."""
+    are arrays of one shape, and the matrix's rows and columns are the result's axes ``axis``
+    and ``axis + 1`` (by default the last two)."""
     s = 2.0 / (w * w + x * x + y * y + z * z)
     rows = [
         [1.0 - s * (y * y + z * z), s * (x * y - w * z), s * (x * z + w * y)],

@@ -11,7 +11,8 @@ The mapping, MuJoCo -> loopdyn:
   ground.
 - Joints: hinge -> revolute, slide -> prismatic, ball -> ball, free -> free (unit quaternions,
   `loopdyn.mechanism`). The joint frame sits at ``jnt_pos`` with the body's orientation (a free
-  joint's at the body's origin, in the world). Several joints in one body act in order, as in
+  joint's at the body's origin, in the world: MuJoCo allows free joints
+  only in the world's children). Several joints in one body act in order, as in
   MuJoCo, through massless bodies ``body[k]`` (k = 0 .. count - 2): the body frame after the
   first k + 1 joints.
 - Coordinates: ``q`` and ``v`` are MuJoCo's ``qpos`` and ``qvel``, entry by entry (a hinge's
@@ -66,8 +67,8 @@ stiffness, polynomial stiffness or damping, friction loss, mocap bodies, gravity
 tendons, flexes, explicit contact pairs, equality constraints other than active connect/weld,
 actuators other than a joint motor, and fluid forces. With ``unsupported="warn"`` the model loads
 without them (one warning lists what the simulation leaves out: those equalities and actuators
-are dropped, the forces and contacts do not act, mocap bodies stay where drawn); flexes, and free
-joints below the world's children, are refused either way. Geoms count only through the inertia MuJoCo
+are dropped, the forces and contacts do not act, mocap bodies stay where drawn); flexes are
+refused either way. Geoms count only through the inertia MuJoCo
 computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
 cameras, lights, keyframes, the time step and the integrator.
 """
@@ -281,7 +282,7 @@ def _unsupported(model) -> list[_Unsupported]:
 def _refuse_unsupported(model, unsupported):
     """Raise one ``ValueError`` listing every unsupported feature (``unsupported="error"``), or
     warn once listing what the loaded mechanism leaves out (``"warn"``); features that cannot be
-    left out (flexes, nested free joints) are refused either way. Returns the elements to drop."""
+    left out (flexes) are refused either way. Returns the elements to drop."""
     if unsupported not in ("error", "warn"):
         raise ValueError(f"unsupported must be 'error' or 'warn', got {unsupported!r}")
     problems = _unsupported(model)
@@ -306,13 +307,6 @@ def _refuse_unsupported(model, unsupported):
 
 def _joint_problems(model, j):
     name, kind = _name(model, "joint", j), model.jnt_type[j]
-    if kind == _FREE and model.body_parentid[model.jnt_bodyid[j]] != 0:
-        return [
-            _Unsupported(
-                f"joint {name!r} is a free joint in a body that is not a child of the world",
-                ignorable=False,
-            )
-        ]
     dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + _DOFS[kind])
     if np.any(model.jnt_limited[j]):
         warnings.warn(

@@ -1,0 +1,291 @@
+"""Ball and free joints (configuration size != velocity size): the tree's terms, the maps
+between q and v, and closed loops with a free base, against MuJoCo; a free body's flip about its
+intermediate axis against the analytic period and the conservation laws."""
+
+import pathlib
+import warnings
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+from scipy.special import ellipk
+
+import loopdyn
+from loopdyn import configuration, forces, kinematics, tree
+from loopdyn.mechanism import MechanismBuilder
+
+PUBLISHED = pathlib.Path(__file__).parent / "data" / "published"
+
+# A free body carrying a ball joint and a hinge: tilted bodies, a joint anchor off the body
+# origin, a hinge ref, the ball's damping and armature, gravity off the axes.
+TREE = """<mujoco><option gravity="0.3 -0.2 -9.81"><flag contact="disable"/></option><worldbody>
+<body name="A" pos="0.1 0.2 1" quat="0.9 0.1 0.3 0.2"><freejoint name="float"/>
+ <inertial pos="0.1 0.02 -0.03" mass="2" fullinertia="0.05 0.04 0.03 0.001 0.002 -0.003"/>
+ <body name="B" pos="0.3 0 0.1" quat="0.8 0.2 0.1 0">
+  <joint name="ball" type="ball" pos="0.05 0 0" damping="0.3" armature="0.01"/>
+  <inertial pos="0.2 0.01 0.0" mass="1" diaginertia="0.01 0.02 0.025"/>
+  <body name="C" pos="0.4 0 0"><joint name="hinge" axis="0 1 0" pos="0 0 0.02" ref="0.3"
+    damping="0.2" stiffness="3"/>
+   <inertial pos="0.1 0 0" mass="0.5" diaginertia="0.002 0.003 0.004"/></body>
+ </body></body></worldbody></mujoco>"""
+
+
+def _mujoco(xml):
+    model = mujoco.MjModel.from_xml_string(xml)
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
+    return model, mujoco.MjData(model)
+
+
+def _unit_quaternions(model, q):
+    free, ball = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
+    for j in range(model.njnt):
+        if model.jnt_type[j] in (free, ball):
+            a = model.jnt_qposadr[j] + (3 if model.jnt_type[j] == free else 0)
+            q[a : a + 4] /= np.linalg.norm(q[a : a + 4])
+    return q
+
+
+def _evaluate(model, data, q, v, tau=None):
+    data.qpos[:], data.qvel[:] = q, v
+    data.qfrc_applied[:] = 0.0 if tau is None else tau
+    mujoco.mj_forward(model, data)
+    mass = np.zeros((model.nv, model.nv))
+    mujoco.mj_fullM(model, data, mass)
+    return mass
+
+
+@pytest.fixture(scope="module")
+def tree_model():
+    model, data = _mujoco(TREE)
+    rng = np.random.default_rng(0)
+    q = np.stack([_unit_quaternions(model, rng.standard_normal(model.nq)) for _ in range(4)])
+    return loopdyn.load_mjcf(TREE), model, data, q, rng.standard_normal((4, model.nv))
+
+
+def test_layout_is_mujocos(tree_model):
+    mech, model, _, _, _ = tree_model
+    assert (mech.nq, mech.nv) == (model.nq, model.nv) == (12, 10)
+    assert mech.configuration_names == (
+        *("float[0]", "float[1]", "float[2]"),
+        *("float[qw]", "float[qx]", "float[qy]", "float[qz]"),
+        *("ball[qw]", "ball[qx]", "ball[qy]", "ball[qz]"),
+        "hinge",
+    )
+    assert len(mech.coordinate_names) == mech.nv
+    assert mech.coordinate_units == ("m",) * 3 + ("rad",) * 7
+    assert mech.configuration_units == ("m",) * 3 + ("1",) * 8 + ("rad",)
+    np.testing.assert_array_equal(np.asarray(mech.q0), model.qpos0)
+
+
+def test_tree_terms_match_mujoco(tree_model):
+    """Poses, mass matrix (armature included), bias and passive forces, and the accelerations
+    under random generalized forces, at random states: MuJoCo's own q, v and qacc layout."""
+    mech, model, data, q, v = tree_model
+    tau = np.random.default_rng(1).standard_normal(v.shape)
+    position, rotation = tree.forward_kinematics(mech, q)
+    mass = tree.mass_matrix(mech, q)
+    bias = tree.bias_forces(mech, q, v)
+    passive = forces.joint_forces(mech, q, v)
+    qdd = jax.vmap(lambda *state: loopdyn.forward_dynamics(mech, *state)[0])(q, v, tau)
+    order = [mech.body_names.index(name) for name in "ABC"]
+    for k in range(len(q)):
+        reference = _evaluate(model, data, q[k], v[k], tau[k])
+        np.testing.assert_allclose(position[k][np.array(order)], data.xpos[1:], atol=1e-15)
+        np.testing.assert_allclose(
+            rotation[k][np.array(order)].reshape(3, 9), data.xmat[1:], atol=1e-15
+        )
+        np.testing.assert_allclose(mass[k], reference, atol=3e-15)
+        np.testing.assert_allclose(bias[k], data.qfrc_bias, atol=3e-14)
+        np.testing.assert_allclose(passive[k], data.qfrc_passive, atol=1e-14)
+        np.testing.assert_allclose(qdd[k], data.qacc, rtol=1e-12, atol=1e-12)
+
+
+def test_configuration_maps_match_mujoco(tree_model):
+    """`integrate` is MuJoCo's mj_integratePos, `difference` its inverse, `rate` the time
+    derivative of `integrate` (central differences) and `velocity` the inverse of `rate`."""
+    mech, model, _, q, v = tree_model
+    dt = 0.37
+    moved = configuration.integrate(mech, q, v, dt)
+    for k in range(len(q)):
+        reference = q[k].copy()
+        mujoco.mj_integratePos(model, reference, v[k], dt)
+        np.testing.assert_allclose(moved[k], reference, atol=1e-15)
+    np.testing.assert_allclose(configuration.difference(mech, q, moved), dt * v, atol=2e-15)
+    np.testing.assert_allclose(configuration.quaternion_norms(mech, moved), 1.0, atol=1e-15)
+    h = 1e-5
+    numeric = (configuration.integrate(mech, q, v, h) - configuration.integrate(mech, q, v, -h)) / (
+        2 * h
+    )
+    rate = configuration.rate(mech, q, v)
+    np.testing.assert_allclose(rate, numeric, atol=1e-10)
+    np.testing.assert_allclose(configuration.velocity(mech, q, rate), v, atol=1e-15)
+    scaled = q.copy()
+    scaled[:, 3:7] *= 1.7
+    np.testing.assert_allclose(configuration.normalize(mech, scaled), q, atol=1e-15)
+    np.testing.assert_allclose(  # a drifted norm changes no pose
+        tree.forward_kinematics(mech, scaled)[0], tree.forward_kinematics(mech, q)[0], atol=1e-15
+    )
+
+
+def test_builder_ball_and_free_joints():
+    """The builder's ball and free joints: default q0 the identity, checks that name the joint."""
+    b = MechanismBuilder()
+    b.add_body("base", 1.0, inertia=(1.0, 1.0, 1.0)).add_body("arm", 1.0, inertia=(1, 1, 1))
+    b.add_joint("float", "free", "ground", "base").add_joint("shoulder", "ball", "base", "arm")
+    mech = b.build(q0={"float[2]": 1.5})
+    np.testing.assert_array_equal(mech.q0, [0, 0, 1.5, 1, 0, 0, 0, 1, 0, 0, 0])
+    assert mech.coordinate_names[6:] == ("shoulder[0]", "shoulder[1]", "shoulder[2]")
+    for kind, kwargs, message in (
+        ("ball", {"actuated": True}, "only revolute or prismatic tree joints can be actuated"),
+        ("ball", {"stiffness": 1.0}, "takes armature and damping only"),
+        ("free", {"springref": 0.1}, "takes armature and damping only"),
+    ):
+        b = MechanismBuilder().add_body("arm", 1.0, inertia=(1.0, 1.0, 1.0))
+        with pytest.raises(ValueError, match=message):
+            b.add_joint("j", kind, "ground", "arm", **kwargs)
+    planar = MechanismBuilder(planar=True).add_body("arm", 1.0, inertia=1.0)
+    with pytest.raises(ValueError, match="a free joint does not fit a planar mechanism"):
+        planar.add_joint("j", "free", "ground", "arm")
+    b = MechanismBuilder().add_body("arm", 1.0, inertia=(1.0, 1.0, 1.0))
+    b.add_joint("j", "ball", "ground", "arm")
+    with pytest.raises(ValueError, match="the quaternion 'j' is zero"):
+        b.build(q0=np.zeros(4))
+    with pytest.raises(ValueError, match=r"q has shape \(3,\); expected \(\.\.\., 4\)"):
+        tree.mass_matrix(b.build(), jnp.zeros(3))
+
+
+def _spatial_four_bar(planar):
+    """A four-bar with hinges about z; built spatially its spherical cut joint's z row is
+    redundant at every configuration."""
+    b = MechanismBuilder(planar=planar, gravity=(0.0, -9.81, 0.0))
+    for name, length in (("crank", 0.2), ("coupler", 0.5), ("rocker", 0.4)):
+        b.add_body(name, 1.0 + length, com=(length / 2, 0, 0), inertia=(0.01, 0.02, 0.03))
+    b.add_joint("A", "revolute", "ground", "crank")
+    b.add_joint("B", "revolute", "crank", "coupler", position=(0.2, 0, 0))
+    b.add_joint("D", "revolute", "ground", "rocker", position=(0.6, 0, 0))
+    b.add_joint("C", "spherical" if not planar else "revolute", "coupler", "rocker", cut=True,
+                position=(0.5, 0, 0), child_position=(0.4, 0, 0))  # fmt: skip
+    return b.build(q0=[1.2, -0.6, 1.9])
+
+
+def test_redundant_point_rows_are_dropped():
+    """The spatial four-bar keeps the x and y rows of its spherical cut joint, in frame a (the
+    coupler's), and moves exactly as the planar one: the same accelerations, the multipliers the
+    planar world-axis force turned into the coupler's axes; a spatial loop keeps all three."""
+    spatial, planar = _spatial_four_bar(False), _spatial_four_bar(True)
+    assert spatial.reduced_points == ((0, ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0))),)
+    assert spatial.topology.num_rows == 2
+    q = kinematics.assemble(planar, planar.q0, fixed=(0,))
+    qd = kinematics.project_velocity(planar, q, jnp.array([1.3, 0.0, 0.0]), fixed=(0,))
+    tau = jnp.array([0.4, 0.0, 0.0])
+    expected, lam = loopdyn.forward_dynamics(planar, q, qd, tau)
+    angle = float(q[0] + q[1])  # of the coupler, whose frame carries the rows' directions
+    turn = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    for method in loopdyn.forward.METHODS:
+        qdd, lam_spatial = loopdyn.forward_dynamics(spatial, q, qd, tau, method=method)
+        np.testing.assert_allclose(qdd, expected, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(turn @ lam_spatial, lam, rtol=1e-11, atol=1e-11)
+    kinematics.check_jacobian(spatial, q)  # full rank now
+    rssr = loopdyn.load_mjcf(pathlib.Path(__file__).parent / "data" / "rssr.xml")
+    assert rssr.reduced_points == ()
+
+
+def _kkt_reference(model, data, q, v, tau, h=1e-6):
+    """Accelerations from MuJoCo's terms with exact equality constraints: its mass matrix, bias
+    and passive forces, its equality rows' Jacobian J, and J' v by central differences of J v
+    along ``mj_integratePos``; least squares over redundant rows."""
+
+    def rows(at):
+        _evaluate(model, data, at, v)
+        equality = data.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+        return data.efc_J.reshape(data.nefc, model.nv)[equality].copy()
+
+    def moved(s):
+        out = q.copy()
+        mujoco.mj_integratePos(model, out, v, s)
+        return out
+
+    jac_rate = (rows(moved(h)) @ v - rows(moved(-h)) @ v) / (2 * h)
+    jac = rows(q)
+    mass = _evaluate(model, data, q, v, tau)
+    kkt = np.block([[mass, -jac.T], [jac, np.zeros((len(jac), len(jac)))]])
+    rhs = np.concatenate([tau - data.qfrc_bias + data.qfrc_passive, -jac_rate])
+    return np.linalg.lstsq(kkt, rhs, rcond=None)[0][: model.nv]
+
+
+@pytest.fixture(scope="module")
+def cassie():
+    path = PUBLISHED / "closed_chain.xml"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mech = loopdyn.load_mjcf(path)
+    return mech, _mujoco(path.read_text()), caught
+
+
+def test_cassie_loads_unchanged(cassie):
+    """Pinocchio's closed_chain.xml (Cassie: free base, ball joints, four connects, joint
+    damping, armature and springs): loads as it is, warning only about the ignored joint limits;
+    the plantar-rod connects close planar sub-loops and keep two rows each."""
+    mech, (model, _), caught = cassie
+    assert all("limits" in str(w.message) for w in caught) and caught
+    assert (mech.nq, mech.nv) == (model.nq, model.nv) == (35, 32)
+    np.testing.assert_array_equal(mech.q0, model.qpos0)
+    assert [c for c, _ in mech.reduced_points] == [0, 2]
+    assert mech.topology.num_rows == 10
+    assert np.abs(kinematics.loop_residual(mech, mech.q0)).max() < 1e-15
+
+
+def test_cassie_dynamics_match_a_kkt_solve_from_mujoco(cassie):
+    """At assembled random states, every method's accelerations equal the KKT solution built
+    from MuJoCo's mass matrix, bias and passive forces, and its own connect Jacobian with its
+    time derivative by central differences along mj_integratePos (least squares over MuJoCo's
+    redundant rows: the motion is unique)."""
+    mech, (model, data), _ = cassie
+    rng = np.random.default_rng(3)
+    base = tuple(range(6))
+    for _ in range(2):
+        q = configuration.integrate(mech, mech.q0, 0.2 * rng.standard_normal(mech.nv))
+        q = kinematics.assemble(mech, q, fixed=base)
+        v = kinematics.project_velocity(mech, q, rng.standard_normal(mech.nv), fixed=base)
+        q, v, tau = np.asarray(q), np.asarray(v), rng.standard_normal(mech.nv)
+        expected = _kkt_reference(model, data, q, v, tau)
+        scale = np.abs(expected).max()
+        for method in loopdyn.forward.METHODS:
+            qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, method=method)
+            np.testing.assert_allclose(qdd, expected, atol=1e-10 * scale)
+
+
+def test_tennis_racket_flip():
+    """A free body spun about its intermediate principal axis flips with the period of the
+    Euler equations' elliptic solution (Landau & Lifshitz, Mechanics, section 37); energy and
+    angular momentum stay constant to 1e-10 relative over 20 s, and so does the quaternion's
+    norm, integrated without normalisation."""
+    moments = np.array([1.0, 2.0, 3.0])  # kg m^2
+    b = MechanismBuilder(gravity=(0.0, 0.0, 0.0)).add_body("racket", 1.5, inertia=moments)
+    mech = b.add_joint("float", "free", "ground", "racket").build()
+    omega = np.array([0.04, 4.0, 0.04])  # rad/s, body axes: flips every 4.9 s
+    v0 = jnp.concatenate([jnp.array([0.1, 0.0, 0.0]), omega])
+    ts = jnp.linspace(0.0, 20.0, 4001)
+    sim = loopdyn.simulate(mech, mech.q0, v0, 20.0, saveat=ts, rtol=1e-12, atol=1e-12)
+    assert sim.succeeded, sim.message
+    q, v = np.asarray(sim.q), np.asarray(sim.qd)
+    w, x, y, z = (q[:, 3 + k] / np.linalg.norm(q[:, 3:7], axis=1) for k in range(4))
+    rotation = np.asarray(configuration.quaternion_matrix(w, x, y, z))  # (T, 3, 3)
+    momentum = np.einsum("tij,tj->ti", rotation, moments * v[:, 3:])
+    energy = np.asarray(sim.energy)
+    # measured: energy 3.8e-12, momentum 4.5e-12, quaternion norm 1.2e-11, period 8e-9
+    assert np.abs(energy / energy[0] - 1).max() < 4e-11
+    assert np.abs(momentum - momentum[0]).max() / np.linalg.norm(momentum[0]) < 5e-11
+    assert np.abs(np.asarray(sim.quaternion_norm) - 1.0).max() < 1.2e-10
+    two_e, m2 = moments @ omega**2, (moments * omega) @ (moments * omega)
+    i1, i2, i3 = moments if m2 > two_e * moments[1] else moments[::-1]
+    rate = np.sqrt((i3 - i2) * (m2 - two_e * i1) / (i1 * i2 * i3))
+    k2 = (i2 - i1) * (two_e * i3 - m2) / ((i3 - i2) * (m2 - two_e * i1))
+    half_period = 2 * ellipk(k2) / rate  # between sign changes of the intermediate rate
+    w2, t = v[:, 4], np.asarray(ts)
+    cross = np.nonzero(np.sign(w2[1:]) != np.sign(w2[:-1]))[0]
+    times = t[cross] - w2[cross] * (t[cross + 1] - t[cross]) / (w2[cross + 1] - w2[cross])
+    assert len(times) >= 3
+    np.testing.assert_allclose(np.diff(times), half_period, rtol=1e-7)
