@@ -1,6 +1,7 @@
 """loopdyn: differentiable dynamics of multi-closed-loop mechanisms in JAX."""
 
 from . import (
+    configuration,
     design,
     energy,
     fit,
@@ -12,6 +13,7 @@ from . import (
     montecarlo,
     parameters,
     prescribed,
+    redundancy,
     shaking,
     sharding,
     simulation,
@@ -19,6 +21,7 @@ from . import (
     topology,
     tree,
 )
+from .configuration import integrate
 from .forward import forward_dynamics
 from .inverse import inverse_dynamics
 from .io.mjcf import load_mjcf
@@ -33,12 +36,14 @@ __all__ = [
     "MechanismBuilder",
     "Simulation",
     "batch",
+    "configuration",
     "design",
     "energy",
     "fit",
     "forces",
     "forward",
     "forward_dynamics",
+    "integrate",
     "inverse",
     "inverse_dynamics",
     "kinematics",
@@ -48,6 +53,7 @@ __all__ = [
     "montecarlo",
     "parameters",
     "prescribed",
+    "redundancy",
     "shaking",
     "sharding",
     "simulate",

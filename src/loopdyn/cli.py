@@ -42,9 +42,9 @@ def speed_control(mech, rate, gain):
     if not mech.actuated:
         raise ValueError("--drive needs an actuated joint; this mechanism has none")
     crank = mech.actuated[0]
-    qd0 = jnp.zeros_like(mech.q0).at[crank].set(rate)
+    qd0 = jnp.zeros(mech.nv, mech.q0.dtype).at[crank].set(rate)
     qd0 = kinematics.project_velocity(mech, mech.q0, qd0, fixed=(crank,))
-    return (lambda t, q, qd: jnp.zeros_like(q).at[crank].set(gain * (rate - qd[crank]))), qd0
+    return (lambda t, q, qd: jnp.zeros_like(qd).at[crank].set(gain * (rate - qd[crank]))), qd0
 
 
 def run(mech, t1, *, tau=None, qd0=None, saves=301, **options):

@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import dense, forces, kinematics, spatial, topology, tree
+from . import configuration, dense, forces, kinematics, spatial, topology, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -155,7 +155,7 @@ def _geometry(mech):
 
 
 def _loop_closure(mech, q):
-    residual, jac, _ = kinematics.loop_terms(mech, q, jnp.zeros_like(q))
+    residual, jac, _ = kinematics.loop_terms(mech, q, jnp.zeros(mech.nv, q.dtype))
     return residual, jac
 
 
@@ -170,7 +170,8 @@ def _closed_jacobians(mech, count=3, seed=0, tol=1e-12, max_iter=30):
     rng = np.random.default_rng(seed)
     q0 = np.asarray(mech.q0, dtype=float)
     out = []
-    for start in [q0] + [q0 + 0.1 * rng.standard_normal(q0.shape) for _ in range(count - 1)]:
+    moves = [0.1 * rng.standard_normal(mech.nv) for _ in range(count - 1)]
+    for start in [q0] + [np.asarray(configuration.integrate(mech, q0, m)) for m in moves]:
         q = start
         for _ in range(max_iter):
             residual, jac = (np.asarray(x) for x in program(mech, q))
@@ -179,7 +180,8 @@ def _closed_jacobians(mech, count=3, seed=0, tol=1e-12, max_iter=30):
             if np.linalg.norm(residual) <= tol * (1.0 + np.linalg.norm(q)):
                 out.append(jac)
                 break
-            q = q - np.linalg.lstsq(jac, residual, rcond=None)[0]
+            step = np.linalg.lstsq(jac, residual, rcond=None)[0]
+            q = np.asarray(configuration.integrate(mech, q, -step))
     return out
 
 
@@ -493,7 +495,7 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
         jnp.stack([jnp.max(jnp.abs(r), initial=0.0) / s for r, s in zip(levels, scales)])
     )
     u, lam = _multipliers(mech, plan, tau_id, jac)
-    tau = jnp.zeros_like(q).at[np.array(mech.actuated, dtype=int)].set(u)
+    tau = jnp.zeros(mech.nv, q.dtype).at[np.array(mech.actuated, dtype=int)].set(u)
     unbalanced = tau_id - tau - jac.T @ lam
 
     # Body-level recursion (seed 002 eq. 11): the loops' wrenches are external to the bodies

@@ -97,7 +97,7 @@ class Tolerances:
         theta = theta + jnp.where(is_mass, jnp.log1p(self.mass * u), self.length * u)
         sampled = parameters.from_vector(theta, mech, self.selection)
         recorded = jnp.where(is_mass, jnp.exp(theta), theta)
-        return Sample(sampled, mech.q0, jnp.zeros_like(mech.q0), recorded)
+        return Sample(sampled, mech.q0, jnp.zeros(mech.nv, mech.q0.dtype), recorded)
 
 
 def tolerances(mech: Mechanism, mass: float = 0.0, length: float = 0.0) -> Tolerances:

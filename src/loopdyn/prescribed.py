@@ -31,7 +31,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import dense, inverse, kinematics
-from .mechanism import Mechanism
+from .mechanism import Mechanism, configuration_layout
 
 
 class Motion(NamedTuple):
@@ -112,8 +112,10 @@ def _motion(mech, t, q_a, qd_a, qdd_a, q_guess, chosen, tol, max_iter):
     held = np.asarray(chosen, dtype=int)
     others = np.asarray([k for k in range(mech.num_bodies) if k not in chosen], dtype=int)
 
+    entries = configuration_layout(mech.nv, mech.quaternion_slots)[0][held]  # held ones in q
+
     def place(q_prev, value):  # positions, one branch: start from the previous solution
-        result = kinematics.try_assemble(mech, q_prev.at[held].set(value), chosen, tol, max_iter)
+        result = kinematics.try_assemble(mech, q_prev.at[entries].set(value), chosen, tol, max_iter)
         return result.q, (result.q, result.residual)
 
     _, (q, closure) = jax.lax.scan(place, q_guess, q_a)
@@ -121,10 +123,10 @@ def _motion(mech, t, q_a, qd_a, qdd_a, q_guess, chosen, tol, max_iter):
     def rates(q, qd_a, qdd_a):
         jac = kinematics.loop_jacobian(mech, q)
         jac_d, jac_a = jac[:, others], jac[:, held]
-        qd = jnp.zeros_like(q).at[held].set(qd_a)
+        qd = jnp.zeros(mech.nv, q.dtype).at[held].set(qd_a)
         qd = qd.at[others].set(dense.solve(jac_d, -jac_a @ qd_a))
         psi = -kinematics.loop_bias(mech, q, qd)
-        qdd = jnp.zeros_like(q).at[held].set(qdd_a)
+        qdd = jnp.zeros(mech.nv, q.dtype).at[held].set(qdd_a)
         qdd = qdd.at[others].set(dense.solve(jac_d, psi - jac_a @ qdd_a))
         s = dense.singular_values(jac_d)
         return qd, qdd, s[-1] / s[0]

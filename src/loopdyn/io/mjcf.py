@@ -252,6 +252,13 @@ def _unsupported(model) -> list[_Unsupported]:
             out.append(_Unsupported(f"body {_name(model, 'body', b)!r} has gravcomp"))
     for j in range(model.njnt):
         out += _joint_problems(model, j)
+    limited = [repr(_name(model, "joint", j)) for j in range(model.njnt) if model.jnt_limited[j]]
+    if limited:
+        warnings.warn(
+            f"joint limits (range) are ignored, loopdyn does not enforce them: joint(s) "
+            f"{', '.join(limited)}",
+            stacklevel=5,  # load_mjcf's caller
+        )
     off = model.opt.disableflags & (_DSBL_CONSTRAINT | _DSBL_EQUALITY)
     for e in range(model.neq):
         name, kind = _name(model, "equality", e), _EQ_TYPES[model.eq_type[e]]
@@ -308,12 +315,6 @@ def _refuse_unsupported(model, unsupported):
 def _joint_problems(model, j):
     name, kind = _name(model, "joint", j), model.jnt_type[j]
     dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + _DOFS[kind])
-    if np.any(model.jnt_limited[j]):
-        warnings.warn(
-            f"joint {name!r} has limits (range): loopdyn does not enforce joint limits, "
-            "they are ignored",
-            stacklevel=6,  # load_mjcf's caller
-        )
     turned = kind in (_BALL, _FREE)  # a quaternion: no linear stiffness about springref
     return [
         _Unsupported(f"joint {name!r} has {what}")
