@@ -14,6 +14,7 @@ from scipy.special import ellipk
 
 import loopdyn
 from loopdyn import configuration, forces, kinematics, tree
+from loopdyn.io import keyframes
 from loopdyn.mechanism import MechanismBuilder
 
 PUBLISHED = pathlib.Path(__file__).parent / "data" / "published"
@@ -127,6 +128,21 @@ def test_configuration_maps_match_mujoco(tree_model):
     np.testing.assert_allclose(  # a drifted norm changes no pose
         tree.forward_kinematics(mech, scaled)[0], tree.forward_kinematics(mech, q)[0], atol=1e-15
     )
+
+
+def test_keyframes_are_states_of_the_loaded_mechanism():
+    key = (
+        '<keyframe><key name="lifted" time="0.5" qpos="0 0 2 0.6 0 0.8 0 1 0 0 0 0.7"/></keyframe>'
+    )
+    xml = TREE.replace("</mujoco>", key + "</mujoco>")
+    model, data = _mujoco(xml)
+    (name, lifted), mech = next(iter(keyframes(xml).items())), loopdyn.load_mjcf(xml)
+    assert name == "lifted" and lifted.time == 0.5 and lifted.v.shape == (mech.nv,)
+    mujoco.mj_resetDataKeyframe(model, data, 0)
+    mujoco.mj_forward(model, data)
+    position, _ = tree.forward_kinematics(mech, lifted.q)
+    order = np.array([mech.body_names.index(name) for name in "ABC"])
+    np.testing.assert_allclose(position[order], data.xpos[1:], atol=1e-15)
 
 
 def test_builder_ball_and_free_joints():

@@ -1,6 +1,6 @@
 """Model import from other formats."""
 
-from .mjcf import load_mjcf
+from .mjcf import Keyframe, keyframes, load_mjcf
 from .urdf import Closure, load_urdf
 
-__all__ = ["Closure", "load_mjcf", "load_urdf"]
+__all__ = ["Closure", "Keyframe", "keyframes", "load_mjcf", "load_urdf"]

@@ -70,7 +70,8 @@ without them (one warning lists what the simulation leaves out: those equalities
 are dropped, the forces and contacts do not act, mocap bodies stay where drawn); flexes are
 refused either way. Geoms count only through the inertia MuJoCo
 computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
-cameras, lights, keyframes, the time step and the integrator.
+cameras, lights, the time step and the integrator. Keyframes are states of the loaded mechanism
+(`keyframes`).
 """
 
 from __future__ import annotations
@@ -123,6 +124,32 @@ def world_rotation(
     pose ``(p, R_b)`` is the file's ``(R.T @ p, R.T @ R_b @ R)``; a world vector ``v`` of the file
     (a force, a point) is ``R @ v`` in the loaded mechanism."""
     return _load(source, planar, unsupported)[1]
+
+
+class Keyframe(NamedTuple):
+    """A ``<keyframe><key>`` of the file: its ``time`` (s), the configuration ``q`` and velocity
+    ``v`` (MuJoCo's ``qpos`` and ``qvel``, which are loopdyn's for the loaded mechanism) and the
+    actuator inputs ``ctrl``."""
+
+    time: float
+    q: np.ndarray
+    v: np.ndarray
+    ctrl: np.ndarray
+
+
+def keyframes(source: str | os.PathLike | mujoco.MjModel) -> dict[str, Keyframe]:
+    """The file's keyframes by name (unnamed ones ``key<id>``), as states of the mechanism
+    `load_mjcf` builds from the same source: ``loopdyn.simulate(mech, key.q, key.v, ...)``."""
+    model = _compile(source)
+    return {
+        _name(model, "key", k): Keyframe(
+            float(model.key_time[k]),
+            model.key_qpos[k].copy(),
+            model.key_qvel[k].copy(),
+            model.key_ctrl[k].copy(),
+        )
+        for k in range(model.nkey)
+    }
 
 
 def _load(source, planar, unsupported):
