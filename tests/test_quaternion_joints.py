@@ -5,6 +5,7 @@ intermediate axis against the analytic period and the conservation laws."""
 import pathlib
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -143,6 +144,44 @@ def test_keyframes_are_states_of_the_loaded_mechanism():
     position, _ = tree.forward_kinematics(mech, lifted.q)
     order = np.array([mech.body_names.index(name) for name in "ABC"])
     np.testing.assert_allclose(position[order], data.xpos[1:], atol=1e-15)
+
+
+def test_rssr_with_a_true_ball_joint():
+    """The RSSR's ball joint loads as a quaternion: inverse dynamics returns the driving force
+    and multipliers of forward dynamics, and the derivatives of `assemble` (implicit, in q's
+    tangent) and of the accelerations (by mass) match central differences."""
+    mech = loopdyn.load_mjcf(pathlib.Path(__file__).parent / "data" / "rssr.xml")
+    assert (mech.nq, mech.nv) == (6, 5) and mech.configuration_names[1] == "ball[qw]"
+    guess = configuration.integrate(mech, mech.q0, jnp.full(mech.nv, 0.1))
+    q = kinematics.assemble(mech, guess, fixed=(0,))
+    qd = kinematics.project_velocity(mech, q, jnp.arange(1.0, mech.nv + 1), fixed=(0,))
+    tau = jnp.zeros(mech.nv).at[0].set(0.7)
+    qdd, lam = loopdyn.forward_dynamics(mech, q, qd, tau)
+    result = loopdyn.inverse_dynamics(mech, q, qd, qdd)
+    np.testing.assert_allclose(result.tau, tau, atol=1e-11)
+    np.testing.assert_allclose(result.multipliers, lam, rtol=1e-10, atol=1e-10)
+
+    # The coupler's idle spin leaves the closed q a manifold over the crank angle: the
+    # derivative is the minimum-norm closed tangent, in q's tangent space.
+    tangent = jax.jacfwd(lambda c: kinematics.assemble(mech, guess.at[0].set(c), fixed=(0,)))
+    dv = configuration.velocity(mech, q, tangent(guess[0]))
+    jac = kinematics.loop_jacobian(mech, q)
+    np.testing.assert_allclose(dv[0], 1.0, atol=1e-14)
+    np.testing.assert_allclose(jac @ dv, 0.0, atol=1e-13)
+    idle = np.linalg.svd(np.asarray(jac[:, 1:]))[2][-1]  # the free coordinates' null space
+    np.testing.assert_allclose(idle @ dv[1:], 0.0, atol=1e-13)
+    h = 1e-6
+
+    def squared(mass):
+        changed = eqx.tree_at(lambda m: m.mass, mech, mass)
+        return jnp.sum(loopdyn.forward_dynamics(changed, q, qd, tau)[0] ** 2)
+
+    gradient = jax.grad(squared)(mech.mass)
+    numeric = [
+        (squared(mech.mass.at[i].add(h)) - squared(mech.mass.at[i].add(-h))) / (2 * h)
+        for i in range(mech.nv)
+    ]
+    np.testing.assert_allclose(gradient, numeric, rtol=1e-7, atol=1e-6)
 
 
 def test_builder_ball_and_free_joints():
