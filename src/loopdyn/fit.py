@@ -44,7 +44,7 @@ import numpy as np
 import scipy.stats
 from jaxtyping import Array, Float
 
-from . import inverse, parameters
+from . import configuration, inverse, parameters
 from .mechanism import Mechanism
 from .simulation import simulate
 
@@ -160,11 +160,12 @@ def _states(mech, function, **arrays):
         x = jnp.asarray(x, mech.q0.dtype)
         if x.ndim == 1:
             x = x[None]
-        if x.ndim != 2 or x.shape[1] != mech.num_bodies or samples not in (None, x.shape[0]):
-            want = f"({samples if samples is not None else 'T'}, {mech.num_bodies})"
+        names = mech.configuration_names if name == "q" else mech.coordinate_names
+        if x.ndim != 2 or x.shape[1] != len(names) or samples not in (None, x.shape[0]):
+            want = f"({samples if samples is not None else 'T'}, {len(names)})"
             raise ValueError(
                 f"{function}: {name} must have shape {want} (one row per sample, one column "
-                f"per coordinate {list(mech.coordinate_names)}), got {x.shape}"
+                f"per entry {list(names)}), got {x.shape}"
             )
         samples = x.shape[0]
         out.append(x)
@@ -344,13 +345,14 @@ class TrajectoryFit(NamedTuple):
 
 @eqx.filter_jit
 def _residual_and_jacobian(theta, mech, sel, q0, qd0, t1, ts, q_measured, weight, options):
-    """Weighted residuals ``(q_sim - q_measured) / weight`` over the samples (flattened) and their
+    """Weighted residuals ``(q_sim - q_measured) / weight`` over the samples (flattened; on the
+    configuration manifold, `configuration.difference`, where there are quaternions) and their
     Jacobian with respect to ``theta`` (forward mode through the solve)."""
 
     def residual(theta):
         fitted = parameters.from_vector(theta, mech, sel)
         sim = simulate(fitted, q0, qd0, t1, saveat=ts, adjoint=diffrax.ForwardMode(), **options)
-        r = ((sim.q - q_measured) / weight).reshape(-1)
+        r = (configuration.difference(mech, q_measured, sim.q) / weight).reshape(-1)
         return r, r
 
     jac, r = jax.jacfwd(residual, has_aux=True)(theta)
@@ -388,9 +390,9 @@ def fit_trajectory(
     q_measured = jnp.asarray(q_measured, mech.q0.dtype)
     if ts.ndim != 1 or ts.shape[0] < 2:
         raise ValueError(f"fit_trajectory: ts must be a 1-D grid of >= 2 times, got {ts.shape}")
-    if q_measured.shape != (ts.shape[0], mech.num_bodies):
+    if q_measured.shape != (ts.shape[0], mech.nq):
         raise ValueError(
-            f"fit_trajectory: q_measured must have shape ({ts.shape[0]}, {mech.num_bodies}) "
+            f"fit_trajectory: q_measured must have shape ({ts.shape[0]}, {mech.nq}) "
             f"(one row per time in ts), got {q_measured.shape}"
         )
     weight = jnp.broadcast_to(jnp.asarray(weight, mech.q0.dtype), (mech.num_bodies,))
