@@ -578,15 +578,19 @@ def _model(worldbody="", extra=""):
     [
         (
             _model(
-                extra='<tendon><fixed name="cable"><joint joint="hinge" coef="1"/></fixed></tendon>'
+                '<site name="anchor" pos="0 1 0"/>',
+                '<tendon><spatial name="rope"><site site="tip"/><site site="anchor"/></spatial>'
+                '</tendon><equality><tendon name="taut" tendon1="rope"/></equality>',
             ),
-            "tendon 'cable': tendons are not supported",
+            "tendon 'rope' is a spatial tendon",
         ),
         (
             _model(
-                extra='<equality><joint name="couple" joint1="hinge" joint2="wrist"/></equality>'
+                '<site name="anchor" pos="0 1 0"/>',
+                '<tendon><spatial name="rope"><site site="tip"/><site site="anchor"/></spatial>'
+                '</tendon><equality><tendon name="taut" tendon1="rope"/></equality>',
             ),
-            "equality 'couple': a joint constraint (only connect and weld",
+            "equality 'taut': a tendon constraint (only connect, weld, joint and fixed-tendon",
         ),
         (
             _model(extra='<actuator><position name="servo" joint="hinge" kp="10"/></actuator>'),
@@ -631,12 +635,13 @@ def test_refuses_what_it_cannot_represent(xml, message):
 def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warning():
     xml = _model(
         '<body name="limb"><joint name="knee" frictionloss="0.1"/><geom size="0.1"/></body>',
-        '<tendon><fixed name="cable"><joint joint="hinge" coef="1"/></fixed></tendon>'
+        '<tendon><fixed name="cable" stiffness="2"><joint joint="hinge" coef="1"/></fixed></tendon>'
         '<equality><connect name="pin" body1="hand" body2="world" anchor="1 0 0" active="false"/>'
         '</equality><actuator><position name="servo" joint="hinge" kp="10"/>'
         '<motor name="drive" joint="wrist"/></actuator>',
     )
-    listed = ("joint 'knee' has frictionloss", "tendon 'cable'", "equality 'pin': inactive")
+    listed = ("joint 'knee' has frictionloss", "tendon 'cable' has stiffness")
+    listed += ("equality 'pin': inactive",)
     listed += ("actuator 'servo' is not a motor",)
     with pytest.raises(ValueError, match="uses 4 feature") as refused:
         load_mjcf(xml)

@@ -257,7 +257,7 @@ def _plan(top) -> _Plan:
       loop's only neighbour left when it is eliminated is the next in the order: no fill-in;
       e.g. `mechanisms.ladder`): `_chain_elimination`, a ``lax.scan`` with a fixed-size body; at
       B = 1024 states it ran as fast as the same steps unrolled (1 to 32 loops, one core).
-    - ``"per_block"``: otherwise, `_per_block_multipliers` (block by block, `_block_elimination`):
+    - ``"per_block"``: otherwise (also with couplings of coordinates), `_per_block_multipliers` (block by block, `_block_elimination`):
       stacked, with the GICM assembled densely, the usual MJCF drawing of a ladder (every loop
       through one deep chain) ran 1.8-3.3x slower per state at k = 8 (two loaded runs) and
       compiled longer.
@@ -267,7 +267,8 @@ def _plan(top) -> _Plan:
     position = {r: t for t, r in enumerate(order)}
     later = {r: [s for s in graph[r] if position[s] > position[r]] for r in range(len(loops))}
     chain = all(later[r] in ([], [s]) for r, s in itertools.pairwise(order))
-    if len({loop.rows for loop in loops}) == 1 and chain:
+    geometric = all(loop.kind != "coupling" for loop in loops)
+    if len({loop.rows for loop in loops}) == 1 and chain and geometric:
         mode = "scan"
     else:
         mode = "per_block"
@@ -431,7 +432,7 @@ def independent_coordinates(
     ``q`` (default ``mech.q0``); otherwise those left after a column-pivoted QR of ``J`` picks the
     best-conditioned dependent set. Needs a concrete ``q`` (not under ``jit``)."""
     top = mech.topology
-    if not mech.cut_joints:
+    if not mech.topology.loops:
         return tuple(range(mech.num_bodies))
     q = mech.q0 if q is None else q
     try:
@@ -490,7 +491,7 @@ def solve(
     """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
     Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``."""
     tau = tau + forces.joint_forces(mech, q, qd)
-    if not mech.cut_joints:
+    if not mech.topology.loops:
         qdd = tree.forward_dynamics(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext))
         return Solution(qdd, jnp.zeros(0, qdd.dtype), jnp.asarray(False))
     if method == "embedding":

@@ -230,9 +230,11 @@ def _dot(a, b):
 def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
     """Stacked position constraints ``Phi(q)`` of all cut joints, loop by loop (zero when every
     loop is closed; rows in the module docstring)."""
-    if not mech.cut_joints:
+    if not mech.topology.loops:
         return jnp.zeros(0, q.dtype)
-    return _dot(*_directions(_ends(mech, tree.body_motion(mech, q)), _rows(mech)))
+    motion = tree.body_motion(mech, q)
+    phi = _dot(*_directions(_ends(mech, motion), _rows(mech))) if mech.cut_joints else None
+    return _stacked(phi, _couplings(mech, motion)[0])
 
 
 def _jacobian(ends, rows, e, x):
@@ -262,12 +264,18 @@ def _dense(mech, on_a, on_b):
     return jac.at[rows, cols[:, 0]].add(on_a).at[rows, cols[:, 1]].add(on_b)
 
 
-def _blocks(mech, on_a, on_b):
+def _blocks(mech, on_a, on_b, coupled=None):
     """The non-zero blocks ``J_{i,j}`` from the path rows: a frame's path lies in the subsystem
-    of its body, so each block gathers the rows of loop i whose frame sits on subsystem j."""
-    top, cols = mech.topology, _row_paths(mech)
+    of its body, so each block gathers the rows of loop i whose frame sits on subsystem j; a
+    coupling's block is its row of J ``coupled`` over the subsystem's coordinates."""
+    top = mech.topology
+    cols = _row_paths(mech) if mech.cut_joints else None
     blocks = {}
     for i, j in top.blocks:
+        if top.loops[i].kind == "coupling":
+            k = top.loops[i].cut - len(mech.cut_joints)
+            blocks[i, j] = coupled[k : k + 1, slice(*top.coordinate_slices[j])]
+            continue
         rows, start = top.rows(i), top.coordinate_slices[j][0]
         block = jnp.zeros((rows.stop - rows.start, top.coordinate_slices[j][1] - start))
         block = block.astype(on_a.dtype)
@@ -316,6 +324,43 @@ def loop_block_stacks_at(
     return _dot(e, x), stacks, _bias(ends, rows, e, x)
 
 
+def _geometric(mech, motion):
+    """The cut joints' rows: ``Phi``, the path rows ``(on_a, on_b)`` of J (`_jacobian`) and, when
+    the motion has twists, ``J' qd``; Nones without cut joints."""
+    if not mech.cut_joints:
+        return None, (None, None), None
+    ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
+    e, x = _directions(ends, rows)
+    bias = None if motion.twist is None else _bias(ends, rows, e, x)
+    return _dot(e, x), _jacobian(ends, rows, e, x), bias
+
+
+def _couplings(mech, motion):
+    """The couplings' rows (after the cut joints'): with ``u = a . s - u0``, ``w = b . s - w0``
+    (``s`` the bodies' coordinates) and ``P`` the polynomial, ``Phi = u - P(w)``,
+    ``J = a - P'(w) b`` and ``J' qd = -P''(w) (b . qd)^2`` (None without rates); Nones without
+    couplings."""
+    if not mech.coupling_names:
+        return None, None, None
+    first, second, poly = mech.coupling_first, mech.coupling_second, mech.coupling_poly
+    u = first @ motion.coordinates - mech.coupling_reference[:, 0]
+    w = second @ motion.coordinates - mech.coupling_reference[:, 1]
+    p0, p1, p2, p3, p4 = (poly[:, k] for k in range(5))
+    value = (((p4 * w + p3) * w + p2) * w + p1) * w + p0
+    slope = ((4 * p4 * w + 3 * p3) * w + 2 * p2) * w + p1
+    jac = first - slope[:, None] * second
+    if motion.rates is None:
+        return u - value, jac, None
+    curvature = (12 * p4 * w + 6 * p3) * w + 2 * p2
+    return u - value, jac, -curvature * (second @ motion.rates) ** 2
+
+
+def _stacked(geometric, coupled):
+    """The cut joints' rows followed by the couplings' (either may be None)."""
+    parts = [x for x in (geometric, coupled) if x is not None]
+    return jnp.concatenate(parts) if len(parts) == 2 else (parts or [None])[0]
+
+
 def _frame_body(mech, cut, side):
     joint = mech.cut_joints[cut]
     return joint.body_a if side == 0 else joint.body_b
@@ -343,10 +388,9 @@ def _bias(ends, rows, e, x):
 def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]:
     """Constraint Jacobian ``J = dPhi/dq`` (seed 000 eqs. 13-16) from the joint twists carried to
     the cut frames, not by automatic differentiation."""
-    if not mech.cut_joints:
+    if not mech.topology.loops:
         return jnp.zeros((0, mech.num_bodies), q.dtype)
-    ends, rows = _ends(mech, tree.body_motion(mech, q), jacobian=True), _rows(mech)
-    return _dense(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
+    return loop_terms_at(mech, tree.body_motion(mech, q))[1]
 
 
 @eqx.filter_jit
@@ -354,8 +398,7 @@ def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[i
     """The non-zero blocks ``J_{i,j}`` ``(m_i, n_j)`` of loop i and subsystem j (seed 000 eqs.
     14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``, computed from the
     loops' own paths: the dense ``m x n`` J is never formed."""
-    ends, rows = _ends(mech, tree.body_motion(mech, q), jacobian=True), _rows(mech)
-    return _blocks(mech, *_jacobian(ends, rows, *_directions(ends, rows)))
+    return loop_block_terms_at(mech, tree.body_motion(mech, q))[1]
 
 
 @eqx.filter_jit
@@ -363,10 +406,9 @@ def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) ->
     """``J' qd``, the constraint acceleration at ``qdd = 0``, from the twists and twist-rates of
     the tree (`_ends`), not by automatic differentiation. The acceleration constraint is
     ``J qdd = Psi = -J' qd`` (seed 000 eq. 9)."""
-    if not mech.cut_joints:
+    if not mech.topology.loops:
         return jnp.zeros(0, q.dtype)
-    ends, rows = _ends(mech, tree.body_motion(mech, q, qd)), _rows(mech)
-    return _bias(ends, rows, *_directions(ends, rows))
+    return loop_terms_at(mech, tree.body_motion(mech, q, qd))[2]
 
 
 @eqx.filter_jit
@@ -374,7 +416,7 @@ def loop_terms(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
     """``(Phi, J, J' qd)`` from one kinematic pass: what a constrained dynamics step needs."""
-    if not mech.cut_joints:
+    if not mech.topology.loops:
         return loop_residual(mech, q), loop_jacobian(mech, q), loop_bias(mech, q, qd)
     return loop_terms_at(mech, tree.body_motion(mech, q, qd))
 
@@ -383,10 +425,11 @@ def loop_terms_at(
     mech: Mechanism, motion: tree.Motion
 ) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
     """`loop_terms` from the bodies' motion at ``(q, qd)`` when the tree pass has already run
-    (`tree.system_terms` gives it with the dynamics); ``mech`` must have cut joints."""
-    ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
-    e, x = _directions(ends, rows)
-    return _dot(e, x), _dense(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
+    (`tree.system_terms` gives it with the dynamics); ``mech`` must have loops. ``J' qd`` needs
+    the motion at ``qd``."""
+    phi, (on_a, on_b), bias = _geometric(mech, motion)
+    jac = None if on_a is None else _dense(mech, on_a, on_b)
+    return tuple(_stacked(*pair) for pair in zip((phi, jac, bias), _couplings(mech, motion)))
 
 
 @eqx.filter_jit
@@ -402,9 +445,9 @@ def loop_block_terms_at(
 ) -> tuple[Float[Array, " m"], dict[tuple[int, int], Array], Float[Array, " m"]]:
     """`loop_block_terms` from the bodies' motion at ``(q, qd)`` when the tree pass has already
     run (`tree.subsystem_terms` gives it with the dynamics)."""
-    ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
-    e, x = _directions(ends, rows)
-    return _dot(e, x), _blocks(mech, *_jacobian(ends, rows, e, x)), _bias(ends, rows, e, x)
+    phi, paths, bias = _geometric(mech, motion)
+    phi_c, jac_c, bias_c = _couplings(mech, motion)
+    return _stacked(phi, phi_c), _blocks(mech, *paths, jac_c), _stacked(bias, bias_c)
 
 
 def free_coordinates(mech: Mechanism, fixed=()) -> tuple[int, ...]:
@@ -508,7 +551,7 @@ def try_assemble(
 @eqx.filter_jit
 def _assembled(mech, q_guess, free, tol, max_iter):
     """Compiled once per mechanism topology and options, also when called eagerly."""
-    q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.cut_joints else q_guess
+    q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.topology.loops else q_guess
     return q, jax.lax.stop_gradient(jnp.linalg.norm(loop_residual(mech, q)))
 
 
@@ -550,7 +593,7 @@ def project_velocity(
     """Velocities with ``J qd = 0``: the free ones corrected by the least-squares (minimum-norm)
     change, the ``fixed`` ones (indices or names) kept."""
     free = np.asarray(free_coordinates(mech, fixed))
-    if not mech.cut_joints or free.size == 0:
+    if not mech.topology.loops or free.size == 0:
         return qd
     jac = loop_jacobian(mech, q)
     return qd.at[free].add(-dense.pinv(jac[:, free]) @ (jac @ qd))

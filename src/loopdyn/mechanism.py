@@ -112,6 +112,10 @@ class Mechanism(eqx.Module):
     Each coordinate's passive joint elements, as MuJoCo's: ``armature`` (a rotor inertia added to
     the diagonal of the mass matrix), ``damping`` and ``stiffness`` about ``springref`` (the
     generalized force ``-damping qd - stiffness (q - springref)``, `forces.joint_forces`).
+    Couplings (MuJoCo's joint and fixed-tendon equalities, `MechanismBuilder.add_coupling`) are
+    one-row constraints ``(u - u0) - sum_k poly_k (w - w0)^k = 0`` among coordinates, with
+    ``u = coupling_first . q``, ``w = coupling_second . q`` and ``(u0, w0) =
+    coupling_reference``; they are loops of kind ``"coupling"`` after the cut joints' (`topology`).
     ``axis_names``: what the world's x, y and z axes are in the axes of the file the model was
     loaded from (``("x", "z", "-y")`` for a planar model drawn in an MJCF file's xz-plane, which
     `loopdyn.io.mjcf` turns into the xy-plane); world and body-frame vectors keep their numbers,
@@ -142,6 +146,10 @@ class Mechanism(eqx.Module):
     damping: Float[Array, " n"]
     stiffness: Float[Array, " n"]
     springref: Float[Array, " n"]
+    coupling_first: Float[Array, "c n"]
+    coupling_second: Float[Array, "c n"]
+    coupling_poly: Float[Array, "c 5"]
+    coupling_reference: Float[Array, "c 2"]
 
     planar: bool = eqx.field(static=True)
     body_names: tuple[str, ...] = eqx.field(static=True)
@@ -159,6 +167,7 @@ class Mechanism(eqx.Module):
     reduced_points: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = eqx.field(
         static=True, default=()
     )
+    coupling_names: tuple[str, ...] = eqx.field(static=True, default=())
 
     @property
     def nv(self) -> int:
@@ -332,6 +341,7 @@ class MechanismBuilder:
         self._bodies: dict[str, _Body] = {}
         self._joints: list[_Joint] = []
         self._springs: list[tuple] = []
+        self._couplings: list[tuple] = []
 
     def add_body(
         self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None
@@ -515,6 +525,67 @@ class MechanismBuilder:
         )
         return self
 
+    def add_coupling(
+        self, name: str, first, second=None, polycoef=(0.0, 1.0, 0.0, 0.0, 0.0)
+    ) -> MechanismBuilder:
+        """Couple coordinates by ``u - u0 = sum_k polycoef[k] (w - w0)^k`` (MuJoCo's joint and
+        fixed-tendon equalities): ``u`` and ``w`` are linear combinations of hinge or slide
+        coordinates, ``first`` and ``second``, each a coordinate name or a mapping from names to
+        coefficients; ``u0``, ``w0`` their values at ``q0``. Without ``second`` the coupling
+        holds ``u - u0 = polycoef[0]``. Up to five polynomial coefficients (constant first)."""
+        taken = {c[0] for c in self._couplings} | {j.name for j in self._joints}
+        if name in taken:
+            raise ValueError(f"coupling name {name!r} is already used")
+        terms = []
+        for role, value in (("first", first), ("second", second)):
+            value = {} if value is None else {value: 1.0} if isinstance(value, str) else value
+            if role == "first" and not value:
+                raise ValueError(f"coupling {name!r}: first names no coordinate")
+            for coordinate, coef in value.items():
+                if not isinstance(coef, numbers.Real) or not np.isfinite(coef):
+                    raise ValueError(
+                        f"coupling {name!r}: coefficient of {coordinate!r} must be a finite "
+                        f"number, got {coef!r}"
+                    )
+            terms.append({str(k): float(v) for k, v in value.items()})
+        poly = np.asarray(polycoef, dtype=np.float64).ravel()
+        if not 1 <= poly.size <= 5 or not np.all(np.isfinite(poly)):
+            raise ValueError(
+                f"coupling {name!r}: polycoef must be 1 to 5 finite numbers, got {poly.tolist()}"
+            )
+        self._couplings.append((name, *terms, np.pad(poly, (0, 5 - poly.size))))
+        return self
+
+    def _coupling_arrays(self, joints, q0):
+        """``(first, second)`` ``(c, n)`` coefficient rows, the coordinates of each coupling and
+        its reference values ``(u0, w0)`` at ``q0`` (``(c, 2)``)."""
+        coordinate = {j.coordinate: k for k, j in enumerate(joints)}
+        scalar, _ = configuration_layout(
+            len(joints), tuple(k for k, j in enumerate(joints) if j.quaternion)
+        )
+        rows, used, reference = [], [], []
+        for name, first, second, _ in self._couplings:
+            pair = []
+            for terms in (first, second):
+                row = np.zeros(len(joints))
+                for c, coef in terms.items():
+                    k = coordinate.get(c)
+                    if k is None or joints[k].kind not in TREE_KINDS or scalar[k] >= len(q0):
+                        raise ValueError(
+                            f"coupling {name!r}: {c!r} is not the coordinate of a hinge or "
+                            f"slide tree joint; coordinates are {list(coordinate)}"
+                        )
+                    row[k] = coef
+                pair.append(row)
+            rows.append(pair)
+            used.append(tuple(int(k) for k in np.flatnonzero((pair[0] != 0) | (pair[1] != 0))))
+            if not used[-1]:
+                raise ValueError(f"coupling {name!r}: every coefficient is zero")
+            at_q0 = np.append(q0, 0.0)[scalar]
+            reference.append([pair[0] @ at_q0, pair[1] @ at_q0])
+        shaped = np.array(rows).reshape(-1, 2, len(joints))
+        return shaped[:, 0], shaped[:, 1], used, np.array(reference).reshape(-1, 2)
+
     def _has_tree_joint(self, body):
         return any(j.child == body and not j.cut for j in self._joints)
 
@@ -653,6 +724,8 @@ class MechanismBuilder:
         coordinates = tuple(j.coordinate for j in joints)
         quaternions = tuple(k for k, j in enumerate(joints) if j.quaternion)
         cut_joints = tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts)
+        reference = self._reference(q0, coordinates, quaternions)
+        first, second, coupled, coupling_reference = self._coupling_arrays(joints, reference)
         parents = tuple(index[j.parent] for j in joints)
         reduced = (
             {}
@@ -669,9 +742,10 @@ class MechanismBuilder:
             body_names=order,
             internal=[b.internal for b in bodies],
             row_counts={c: len(rows) for c, rows in reduced.items()},
+            couplings=[(c[0], used) for c, used in zip(self._couplings, coupled)],
         )
         return Mechanism(
-            q0=jnp.asarray(self._reference(q0, coordinates, quaternions)),
+            q0=jnp.asarray(reference),
             mass=stack([b.mass for b in bodies], ()),
             com=stack([b.com for b in bodies], (3,)),
             inertia=stack([b.inertia for b in bodies], (3, 3)),
@@ -695,6 +769,11 @@ class MechanismBuilder:
                 field: stack([j.passive[k] for j in joints], ())
                 for k, field in enumerate(("armature", "damping", "stiffness", "springref"))
             },
+            coupling_first=jnp.asarray(first),
+            coupling_second=jnp.asarray(second),
+            coupling_poly=stack([c[3] for c in self._couplings], (5,)),
+            coupling_reference=jnp.asarray(coupling_reference),
+            coupling_names=tuple(c[0] for c in self._couplings),
             spring_names=tuple(sp[0] for sp in self._springs),
             spring_bodies=tuple((index[sp[1]], index[sp[2]]) for sp in self._springs),
             planar=self.planar,

@@ -224,7 +224,7 @@ def run_sample(
     assembly = kinematics.try_assemble(sample.mech, sample.q0, fixed, options.closure_tol)
     q0 = assembly.q
     qd0 = kinematics.project_velocity(sample.mech, q0, sample.qd0, fixed)
-    if mech.cut_joints:
+    if mech.topology.loops:
         s = kinematics.singular_values(sample.mech, q0, fixed)
         singular = ~(s[-1] > options.singular_rtol * s[0])  # NaN counts as singular
     else:

@@ -276,13 +276,13 @@ def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
     spaced), ``tau`` samples and ``tolerances = (rtol, atol, dt0)`` are traced."""
     rtol, atol, dt0 = tolerances
     assembled = jnp.asarray(True)
-    if options.assemble and mech.cut_joints:
+    if options.assemble and mech.topology.loops:
         q0, _, assembled = kinematics.try_assemble(mech, q0, fixed=options.independent)
         qd0 = kinematics.project_velocity(mech, q0, qd0, fixed=options.independent)
     if ts is None:
         ts = jnp.linspace(0.0, t1, options.saves)
     solver = options.solver
-    embedded = options.stabilization == "embedding" and mech.cut_joints
+    embedded = options.stabilization == "embedding" and bool(mech.topology.loops)
     if embedded:
         solver = _Partitioned(solver, lambda y: _on_manifold(mech, *y, 3))
 
@@ -425,7 +425,7 @@ def simulate(
             "(the projection after each step is not part of the vector field); use the default "
             "RecursiveCheckpointAdjoint"
         )
-    if mech.cut_joints and independent is None and (method == "embedding" or assemble):
+    if mech.topology.loops and independent is None and (method == "embedding" or assemble):
         independent = forward.independent_coordinates(mech, q0, prefer_actuated=assemble)
     dtype = q0.dtype
     ts = saveat.subs.ts if isinstance(saveat, diffrax.SaveAt) else saveat
@@ -458,7 +458,7 @@ def simulate(
         kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
     else:
         _check_closed(mech, start, closure_tol)
-        if mech.cut_joints and not result.succeeded and float(result.stats.t_reached) == 0.0:
+        if mech.topology.loops and not result.succeeded and float(result.stats.t_reached) == 0.0:
             try:  # a start at a singular configuration: name the loop
                 kinematics.check_jacobian(mech, q0)
             except ValueError as error:

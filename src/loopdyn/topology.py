@@ -34,7 +34,9 @@ PLANAR_ROW_COUNT = {"revolute": 2, "prismatic": 2, "spherical": 2, "weld": 3}
 
 @dataclasses.dataclass(frozen=True)
 class Loop:
-    """The independent loop closed by cut joint ``cut`` (index into ``Mechanism.cut_joints``).
+    """The independent loop closed by cut joint ``cut`` (index into ``Mechanism.cut_joints``),
+    or a coupling of coordinates (kind ``"coupling"``, ``cut`` counting on after the cut joints:
+    coupling ``cut - len(cut_joints)``, no bodies).
 
     ``bodies`` run around the loop from the cut joint's body a up to ``ancestor`` and down to its
     body b (``ancestor`` is -1 for the ground, which is not listed); ``coordinates`` are the
@@ -229,13 +231,22 @@ def determinate_order(loops, subsystems, actuated, determinate=None):
 
 
 def analyse(
-    parent, cut_joints, planar, actuated=(), body_names=None, internal=None, row_counts=None
+    parent,
+    cut_joints,
+    planar,
+    actuated=(),
+    body_names=None,
+    internal=None,
+    row_counts=None,
+    couplings=(),
 ) -> Topology:
     """The `Topology` of a spanning tree ``parent`` (depth-first body order, -1 the ground) closed
     by ``cut_joints`` (`mechanism.CutJoint`); ``actuated`` are the actuated coordinates and
     ``internal`` flags the massless bodies inside multi-DOF joints (they do not count as rigid
     bodies of a loop); ``row_counts`` ``{cut index: rows}`` overrides the row count of cut joints
-    whose redundant rows were dropped (`loopdyn.redundancy`). Raises ``ValueError`` naming the cut joint for a loop through a single
+    whose redundant rows were dropped (`loopdyn.redundancy`). ``couplings`` ``(name,
+    coordinates)`` are one-row constraints among coordinates (joint and tendon equalities): each
+    is a loop of kind ``"coupling"`` after those of the cut joints, with no bodies. Raises ``ValueError`` naming the cut joint for a loop through a single
     rigid body, a cut joint kind that does not fit a planar mechanism, and a loop whose rows
     outnumber its coordinates (its rows are then dependent at every closed configuration)."""
     n = len(parent)
@@ -272,6 +283,11 @@ def analyse(
                 )
             )
         loops.append(loop)
+    for k, (name, coordinates) in enumerate(couplings):
+        coordinates = tuple(sorted(coordinates))
+        acting = tuple(sorted({subsystem_of[c] for c in coordinates}))
+        loops.append(Loop(len(cut_joints) + k, name, "coupling", (), -1, coordinates, 1, acting))
+    for loop in loops:
         row_slices.append((start, start + loop.rows))
         start += loop.rows
     order, fill = elimination_order(loops)

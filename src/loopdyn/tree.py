@@ -232,18 +232,26 @@ def _pose_terms(mech):
     return rotations, positions + [slide]
 
 
+def _scalar(mech, q):
+    """Each body's joint coordinate ``(n, B)`` from ``q`` ``(nq, B)``: 0 for a ball's bodies."""
+    if not mech.quaternion_slots:
+        return q
+    scalar = configuration_layout(mech.nv, mech.quaternion_slots)[0]
+    return jnp.concatenate([q, jnp.zeros_like(q[:1])])[scalar]
+
+
 def _angles(mech, params, q):
     """``(sin a, 1 - cos a, a)``, each ``(n, 1, B)``, of every body's joint coordinate ``a`` from
     the configuration ``q`` ``(nq, B)`` (``a = 0`` for the bodies of a ball joint), and for a
     mechanism with quaternions the change ``(n, 3, 3, B)``, ``(n, 3, B)`` they make to the poses
     of the first bodies of ball joints: ``R = P Q C^T`` where the angle gives ``P C^T``."""
-    scalar, start = configuration_layout(mech.nv, mech.quaternion_slots)
-    a = jnp.concatenate([q, jnp.zeros_like(q[:1])])[scalar] if mech.quaternion_slots else q
+    a = _scalar(mech, q)
     sin, versine = trigonometry.sin_versine(a)
     angles = (sin[:, None], versine[:, None], a[:, None])
     if not mech.quaternion_slots:
         return angles
     parent, child_t, child_position = params.quaternion
+    start = configuration_layout(mech.nv, mech.quaternion_slots)[1]
     turn = configuration.quaternion_matrix(*(q[start + k] for k in range(4)), axis=1)
     turn = turn - jnp.eye(3, dtype=q.dtype)[..., None]
     rotation = _mm(_mm(parent, turn), child_t)
@@ -834,28 +842,41 @@ class Motion(NamedTuple):
     frame origin ``(..., n, 3)`` and rotation ``(..., n, 3, 3)``, joint-rate propagation vector
     ``p_i`` (the joint's twist per unit rate, at the ground origin) ``(..., n, d)`` and, given
     ``qd``, the twist ``(..., n, d)`` and the twist-rate at ``qdd = 0`` without gravity (the
-    velocity-product terms) ``(..., n, d)``."""
+    velocity-product terms) ``(..., n, d)``; each body's joint coordinate ``(..., n)`` (0 for a
+    ball's bodies) and, given ``qd``, its rate ``(..., n)``, for the couplings of coordinates."""
 
     position: Array
     rotation: Array
     axes: Array
     twist: Array | None = None
     acceleration: Array | None = None
+    coordinates: Array | None = None
+    rates: Array | None = None
 
 
-def _motion(params, frames):
+def _motion(mech, params, frames, q, qd=None):
     acceleration = None if frames.rate is None else frames.rate - params.gravity[None]
-    return Motion(frames.position, frames.rotation, frames.subspace, frames.twist, acceleration)
+    return Motion(
+        frames.position,
+        frames.rotation,
+        frames.subspace,
+        frames.twist,
+        acceleration,
+        _scalar(mech, q),
+        qd,
+    )
 
 
 @eqx.filter_jit
 def body_motion(mech: Mechanism, q, qd=None) -> Motion:
     """The bodies' `Motion` at ``q`` (and ``qd``): one base -> tips pass."""
     if qd is None:
-        return _batched(mech, lambda params, q, _: _motion(params, _frames(mech, params, q)), q=q)
+        return _batched(
+            mech, lambda params, q, _: _motion(mech, params, _frames(mech, params, q), q), q=q
+        )
 
     def core(params, q, qd, _):
-        return _motion(params, _frames(mech, params, q, qd, jnp.zeros_like(qd)))
+        return _motion(mech, params, _frames(mech, params, q, qd, jnp.zeros_like(qd)), q, qd)
 
     return _batched(mech, core, q=q, qd=qd)
 
@@ -863,7 +884,7 @@ def body_motion(mech: Mechanism, q, qd=None) -> Motion:
 def _subsystem_terms(mech, ranges, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
     qdd = _articulated(mech, params, frames, tau, f_ext)
-    return qdd, _inertia_blocks(mech, params, frames, ranges), _motion(params, frames)
+    return qdd, _inertia_blocks(mech, params, frames, ranges), _motion(mech, params, frames, q, qd)
 
 
 @eqx.filter_jit
@@ -880,7 +901,8 @@ def subsystem_terms(
 def _subsystem_stack_terms(mech, groups, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
     qdd = _articulated(mech, params, frames, tau, f_ext)
-    return qdd, _inertia_block_stacks(mech, params, frames, groups), _motion(params, frames)
+    stacks = _inertia_block_stacks(mech, params, frames, groups)
+    return qdd, stacks, _motion(mech, params, frames, q, qd)
 
 
 @eqx.filter_jit
@@ -897,7 +919,7 @@ def subsystem_stack_terms(
 def _system_terms(mech, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
     (mass,) = _inertia_blocks(mech, params, frames, ((0, mech.num_bodies),))
-    return tau - _joint_forces(mech, frames, f_ext), mass, _motion(params, frames)
+    return tau - _joint_forces(mech, frames, f_ext), mass, _motion(mech, params, frames, q, qd)
 
 
 @eqx.filter_jit

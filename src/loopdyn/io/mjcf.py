@@ -33,6 +33,10 @@ The mapping, MuJoCo -> loopdyn:
   them as drawn (``q0`` then violates the loop). Body-anchored connects, and welds without
   ``relpose``, are closed at ``qpos0`` by construction, since MuJoCo puts body2's point at the
   anchor whatever the drawing (which silently sets the link's length).
+- ``<equality><joint>`` and ``<equality><tendon>`` of fixed tendons become couplings of
+  coordinates (`MechanismBuilder.add_coupling`): ``y - y0 = polycoef(x - x0)`` with ``y0``, ``x0``
+  at ``qpos0``, exact like the cut joints. A fixed tendon by itself adds nothing (its stiffness,
+  damping or friction are refused); spatial tendons are refused.
 - ``<actuator><motor joint=...>`` (or a ``<general>`` like it) makes that hinge or slide coordinate
   actuated. loopdyn's input is the joint force itself; MuJoCo's ``ctrl`` is that force divided by
   gear x gain. Control and force ranges are not represented.
@@ -64,8 +68,9 @@ The mapping, MuJoCo -> loopdyn:
 Joint limits are ignored with a warning (loopdyn enforces none). What loopdyn cannot represent
 is listed all at once, each element named, in one ``ValueError``: a ball or free joint's
 stiffness, polynomial stiffness or damping, friction loss, mocap bodies, gravity compensation,
-tendons, flexes, explicit contact pairs, equality constraints other than active connect/weld,
-actuators other than a joint motor, and fluid forces. With ``unsupported="warn"`` the model loads
+spatial tendons and tendon forces, flexes, explicit contact pairs, equality constraints other than
+active connect, weld, joint and fixed-tendon ones, actuators other than a joint motor, and fluid
+forces. With ``unsupported="warn"`` the model loads
 without them (one warning lists what the simulation leaves out: those equalities and actuators
 are dropped, the forces and contacts do not act, mocap bodies stay where drawn); flexes are
 refused either way. Geoms count only through the inertia MuJoCo
@@ -95,6 +100,7 @@ _Z = np.array([0.0, 0.0, 1.0])
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 _JOINT_KINDS = {_FREE: "free", _BALL: "ball", _SLIDE: "prismatic", _HINGE: "revolute"}
 _DOFS = {_FREE: 6, _BALL: 3, _SLIDE: 1, _HINGE: 1}
+_WRAP_JOINT = 1  # mjtWrap
 _WELD = 1
 _EQ_TYPES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _OBJ_BODY, _OBJ_SITE = 1, 6
@@ -196,6 +202,8 @@ def _load(source, planar, unsupported):
         if spec["kind"] == "connect":
             spec = {**spec, "kind": "revolute" if planar else "spherical"}
         builder.add_joint(**spec)
+    for spec in _couplings(model, dropped):
+        builder.add_coupling(**spec)
     q0 = {
         key: model.qpos0[model.jnt_qposadr[j] + k]
         for j in range(model.njnt)
@@ -262,7 +270,6 @@ def _unsupported(model) -> list[_Unsupported]:
     out = [
         _Unsupported(f"{kind} {_name(model, kind, i)!r}: {why}", ignorable)
         for kind, count, why, ignorable in (
-            ("tendon", model.ntendon, "tendons are not supported", True),
             ("flex", model.nflex, "deformable bodies are not supported", False),
             ("pair", model.npair, "loopdyn has no contact (explicit contact pair)", True),
         )
@@ -279,6 +286,9 @@ def _unsupported(model) -> list[_Unsupported]:
             out.append(_Unsupported(f"body {_name(model, 'body', b)!r} has gravcomp"))
     for j in range(model.njnt):
         out += _joint_problems(model, j)
+    out += [
+        _Unsupported(f"tendon {_name(model, 'tendon', t)!r} {why}") for t, why in _tendons(model)
+    ]
     limited = [repr(_name(model, "joint", j)) for j in range(model.njnt) if model.jnt_limited[j]]
     if limited:
         warnings.warn(
@@ -292,12 +302,14 @@ def _unsupported(model) -> list[_Unsupported]:
         why = (
             "equality constraints are disabled by <flag>"
             if off
-            else f"a {kind} constraint (only connect and weld become cut joints)"
-            if kind not in ("connect", "weld")
+            else f"a {kind} constraint (only connect, weld, joint and fixed-tendon ones load)"
+            if kind not in ("connect", "weld", "joint", "tendon")
+            or kind == "tendon"
+            and not all(_fixed(model, t) for t in _objects(model, e))
             else "inactive (eq_active0): loopdyn cannot switch constraints"
             if not model.eq_active0[e]
             else "constrains neither bodies nor sites"
-            if model.eq_objtype[e] not in (_OBJ_BODY, _OBJ_SITE)
+            if kind in ("connect", "weld") and model.eq_objtype[e] not in (_OBJ_BODY, _OBJ_SITE)
             else None
         )
         if why:
@@ -337,6 +349,34 @@ def _refuse_unsupported(model, unsupported):
             stacklevel=4,  # load_mjcf's caller
         )
     return {p.drop for p in problems if p.drop}
+
+
+def _fixed(model, t):
+    """Whether tendon ``t`` is a fixed tendon: a linear combination of joint coordinates."""
+    wraps = model.wrap_type[model.tendon_adr[t] : model.tendon_adr[t] + model.tendon_num[t]]
+    return bool(np.all(wraps == _WRAP_JOINT))
+
+
+def _tendons(model):
+    """``(tendon, why)`` for every tendon loopdyn cannot represent: spatial ones, and passive
+    forces of fixed ones (a fixed tendon only enters equalities)."""
+    out = []
+    for t in range(model.ntendon):
+        passive = [
+            what
+            for what in ("stiffness", "damping", "frictionloss", "armature")
+            if hasattr(model, f"tendon_{what}") and np.any(getattr(model, f"tendon_{what}")[t])
+        ]
+        if not _fixed(model, t):
+            out.append((t, "is a spatial tendon (only fixed tendons, of joints, are supported)"))
+        elif passive:
+            out.append((t, f"has {', '.join(passive)} (tendon forces are not supported)"))
+    return out
+
+
+def _objects(model, e):
+    """The one or two elements equality ``e`` constrains (an absent second one is -1)."""
+    return [k for k in (model.eq_obj1id[e], model.eq_obj2id[e]) if k >= 0]
 
 
 def _joint_problems(model, j):
@@ -498,12 +538,39 @@ def _passive(model, j):
     }
 
 
+def _couplings(model, dropped):
+    """Keyword arguments of `MechanismBuilder.add_coupling` for every joint or fixed-tendon
+    equality not ``dropped``: ``y - y0 = poly(x - x0)`` of MuJoCo, ``y0``, ``x0`` at ``qpos0``."""
+
+    def terms(kind, k):
+        if kind == "joint":
+            return {_name(model, "joint", k): 1.0}
+        wraps = range(model.tendon_adr[k], model.tendon_adr[k] + model.tendon_num[k])
+        return {_name(model, "joint", model.wrap_objid[w]): float(model.wrap_prm[w]) for w in wraps}
+
+    specs = []
+    for e in range(model.neq):
+        kind = _EQ_TYPES[model.eq_type[e]]
+        if ("equality", e) in dropped or kind not in ("joint", "tendon"):
+            continue
+        first, *second = (terms(kind, k) for k in _objects(model, e))
+        specs.append(
+            {
+                "name": _name(model, "equality", e),
+                "first": first,
+                "second": second[0] if second else None,
+                "polycoef": model.eq_data[e][:5].copy(),
+            }
+        )
+    return specs
+
+
 def _cut_joints(model, frames, dropped):
     """Keyword arguments of `MechanismBuilder.add_joint` for every equality constraint not
     ``dropped`` (kind "connect" stands for spherical or planar revolute)."""
     specs = []
     for e in range(model.neq):
-        if ("equality", e) in dropped:
+        if ("equality", e) in dropped or _EQ_TYPES[model.eq_type[e]] in ("joint", "tendon"):
             continue
         weld, data = model.eq_type[e] == _WELD, model.eq_data[e]
         one, two = model.eq_obj1id[e], model.eq_obj2id[e]
@@ -620,6 +687,8 @@ def _warn_open_connects(model):
     data = mujoco.MjData(model)  # at qpos0
     mujoco.mj_kinematics(model, data)
     for e in range(model.neq):
+        if _EQ_TYPES[model.eq_type[e]] not in ("connect", "weld"):
+            continue
         weld, one, two = model.eq_type[e] == _WELD, model.eq_obj1id[e], model.eq_obj2id[e]
         if model.eq_objtype[e] == _OBJ_SITE:
             points = data.site_xpos[one], data.site_xpos[two]
