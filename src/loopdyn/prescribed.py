@@ -70,6 +70,16 @@ def prescribed_coordinates(mech: Mechanism, coordinates=None) -> tuple[int, ...]
     else:
         free = set(kinematics.free_coordinates(mech, coordinates))
         chosen = tuple(k for k in range(mech.num_bodies) if k not in free)
+    turned = [
+        mech.coordinate_names[k]
+        for k in chosen
+        if configuration_layout(mech.nv, mech.quaternion_slots)[0][k] >= mech.nq
+    ]
+    if turned:
+        raise ValueError(
+            f"prescribed_motion: {turned} are angular velocities of ball or free joints, which "
+            "have no angle of their own to prescribe (their configuration is a quaternion)"
+        )
     dependent = mech.num_bodies - len(chosen)
     if dependent != mech.topology.num_rows:
         names = [mech.coordinate_names[k] for k in chosen]
@@ -163,10 +173,8 @@ def _prepare(mech, t, q_guess, coordinates, function):
     if t.ndim != 1:
         raise ValueError(f"{function}: t must be a 1-D time grid, got shape {t.shape}")
     q_guess = mech.q0 if q_guess is None else jnp.asarray(q_guess, mech.q0.dtype)
-    if q_guess.shape != (mech.num_bodies,):
-        raise ValueError(
-            f"{function}: q_guess must have shape ({mech.num_bodies},), got {q_guess.shape}"
-        )
+    if q_guess.shape != (mech.nq,):
+        raise ValueError(f"{function}: q_guess must have shape ({mech.nq},), got {q_guess.shape}")
     return chosen, t, q_guess
 
 
