@@ -85,6 +85,8 @@ def test_dynamics_match_a_kkt_solve_from_mujoco(coupled):
     result = loopdyn.inverse_dynamics(mech, q, v, qdd)
     np.testing.assert_allclose(result.tau, tau, atol=1e-12)
     np.testing.assert_allclose(result.multipliers, lam, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"augmented: the couplings \['gear', 'belt'\]"):
+        loopdyn.inverse.augmented(mech, q, v, qdd)
 
 
 def test_simulation_keeps_the_couplings(coupled):

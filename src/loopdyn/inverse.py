@@ -636,6 +636,11 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     wrenches: a couple about a revolute axis, a force along a prismatic one, whose work on the
     joint twist is ``tau_joints - armature qdd``. One dense solve (LU; least squares where the
     system is not square)."""
+    if mech.coupling_names:
+        raise ValueError(
+            f"augmented: the couplings {list(mech.coupling_names)} constrain coordinates, not "
+            "bodies, and this body-level method does not model them: use inverse_dynamics"
+        )
     dim, n = mech.dim, mech.num_bodies
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     position, rotation, s, body_wrench = tree.body_wrenches(mech, q, qd, qdd, springs)
