@@ -51,7 +51,7 @@ def run(mech, t1, *, tau=None, qd0=None, saves=301, **options):
     """Simulate from ``mech.q0`` (at rest unless ``qd0``) twice (compile, then run); print a
     summary; return the simulation and the driving forces at its saves."""
     q0 = mech.q0
-    qd0 = jnp.zeros_like(q0) if qd0 is None else qd0
+    qd0 = jnp.zeros(mech.nv, q0.dtype) if qd0 is None else qd0
     ts = jnp.linspace(0.0, t1, saves)
     timings = []
     print("  compiling ...", flush=True)  # the first call compiles; the second times the run

@@ -134,6 +134,7 @@ def results(mech, motion, result, method="subsystem", arrays=True) -> dict:
         "mechanism": {
             "bodies": list(mech.body_names),
             "coordinates": list(mech.coordinate_names),
+            "configuration": list(mech.configuration_names),
             "joints": list(mech.joint_names),
             "actuators": list(mech.actuator_names),
             "cut_joints": [c.name for c in mech.cut_joints],
@@ -142,7 +143,7 @@ def results(mech, motion, result, method="subsystem", arrays=True) -> dict:
         },
         "units": {
             "t": "s",
-            "q": list(mech.coordinate_units),
+            "q": list(mech.configuration_units),
             "actuator_forces": [mech.force_units[k] for k in mech.actuated],
             "multipliers": "N for point rows, N m for angle rows",
             "reactions": "N m for n, N for f",

@@ -366,7 +366,9 @@ def _axis(mech, name, shape):
     labels of its columns."""
     if shape == ():
         return None, [name]
-    if shape == (mech.num_bodies,):
+    if name == "q_final":
+        dim, names = "configuration", mech.configuration_names
+    elif shape == (mech.num_bodies,):
         dim, names = "coordinate", mech.coordinate_names
     elif name in ("actuator_rms", "actuator_peak"):
         dim, names = "actuator", mech.actuator_names
@@ -382,7 +384,7 @@ def _units(mech, name, default=True):
     default `summaries` (when ``default``); none where unknown."""
     actuators = [mech.force_units[k] for k in mech.actuated]
     units = {
-        "q_final": list(mech.coordinate_units),
+        "q_final": list(mech.configuration_units),
         "qd_final": [f"{unit}/s" for unit in mech.coordinate_units],
         "energy_drift": ["J"],
         "max_closure": ["m"],

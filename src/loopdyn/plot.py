@@ -64,9 +64,9 @@ def simulation_figure(mech: Mechanism, sim, tau=None, path=None, title=""):
     ax.set(xlim=xlim, ylim=ylim, title=f"{title} at 5 instants (darker: later)")
     ax.legend(fontsize=7)
     axes[0, 1].plot(ts, q)
-    units = " or ".join(sorted(set(mech.coordinate_units)))
+    units = " or ".join(sorted(set(mech.configuration_units)))
     axes[0, 1].set(xlabel="t [s]", ylabel=f"joint coordinate [{units}]", title="joint coordinates")
-    axes[0, 1].legend(mech.coordinate_names, fontsize=7, ncol=2)
+    axes[0, 1].legend(mech.configuration_names, fontsize=7, ncol=2)
     driven = [] if tau is None else [k for k in range(mech.num_bodies) if np.ptp(tau[:, k]) > 0]
     for k in driven:
         axes[1, 0].plot(ts, tau[:, k], label=mech.coordinate_names[k])
