@@ -28,6 +28,8 @@ def expected_shape(mech: Mechanism, name: str) -> tuple[int, ...]:
         return (mech.num_bodies,)
     if name in _PER_BODY:
         return (mech.num_bodies, mech.dim)
+    if name == "ctrl":
+        return (len(mech.ctrl_names),)
     raise KeyError(name)
 
 
@@ -37,6 +39,8 @@ def _describe(mech, name):
         return f"one {kind} wrench per body {list(mech.body_names)}"
     if name in _PER_CONFIGURATION and mech.nq != mech.nv:
         return f"one entry per configuration entry {list(mech.configuration_names)}"
+    if name == "ctrl":
+        return f"one entry per control actuator {list(mech.ctrl_names)}"
     return f"one entry per coordinate {list(mech.coordinate_names)}"
 
 

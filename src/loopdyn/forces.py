@@ -1,11 +1,14 @@
-"""Force elements: linear point-to-point spring-dampers, as body wrenches for the tree algorithms,
-and the joints' own springs and dampers, as generalized forces (`joint_forces`).
+"""Force elements: linear point-to-point spring-dampers, as body wrenches for the tree algorithms;
+the joints' own springs, dampers and (smoothed) dry friction (`joint_forces`) and gravity
+compensation (`gravcomp_forces`), as generalized forces (`passive_forces`: both).
 
 A spring between point ``a`` on one body and point ``b`` on another has length ``L = |r_b - r_a|``
 and tension ``T = k (L - L0) + c dL/dt``. It pulls ``b`` towards ``a`` with ``-T u`` and ``a``
 towards ``b`` with ``+T u``, ``u = (r_b - r_a) / L``. The wrenches are returned in body
 coordinates about each body frame origin, the ``f_ext`` convention of `tree`.
 """
+
+import dataclasses
 
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -70,8 +73,39 @@ def spring_wrenches(
     return wrench[:, jnp.array(spatial.PLANAR_ROWS)] if mech.planar else wrench
 
 
-def joint_forces(mech: Mechanism, q: Float[Array, "... n"], qd: Float[Array, "... n"]):
+def joint_forces(
+    mech: Mechanism, q: Float[Array, "... nq"], qd: Float[Array, "... nv"]
+) -> Float[Array, "... nv"]:
     """The joints' passive generalized forces ``-damping qd - stiffness (q - springref)``
-    (MuJoCo's joint damping and stiffness; the armature is an inertia, in `tree`)."""
+    (MuJoCo's joint damping and stiffness; the armature is an inertia, in `tree`) and
+    ``-frictionloss tanh(qd / friction_velocity)``.
+
+    The last is a smooth stand-in for MuJoCo's ``frictionloss``, which is a dry-friction
+    constraint: a force up to ``frictionloss`` that holds the joint still while it can and opposes
+    sliding with all of it otherwise. The smooth law equals it (to 1 - tanh(3) < 1 %) above three
+    times ``friction_velocity``, and is a damper of ``frictionloss / friction_velocity`` near
+    rest: unlike MuJoCo's, it cannot hold a joint at rest under a load, only slow it to creep."""
     angles = configuration.scalar_coordinates(mech, q)
-    return -mech.damping * qd - mech.stiffness * (angles - mech.springref)
+    friction = mech.frictionloss * jnp.tanh(qd / mech.friction_velocity)
+    return -mech.damping * qd - mech.stiffness * (angles - mech.springref) - friction
+
+
+def gravcomp_forces(mech: Mechanism, q: Float[Array, "... nq"]) -> Float[Array, "... nv"]:
+    """Generalized forces of gravity compensation (MuJoCo's ``qfrc_gravcomp``): the upward force
+    ``-gravcomp_i mass_i gravity`` at every body's centre of mass, that is minus the gravity
+    forces of the bodies with their masses scaled by ``gravcomp``. Zero without
+    ``mech.gravcomp_bodies``."""
+    rest = jnp.zeros((*jnp.shape(q)[:-1], mech.nv), jnp.result_type(q))
+    if not mech.gravcomp_bodies:
+        return rest
+    held = dataclasses.replace(mech, mass=mech.gravcomp * mech.mass)
+    return tree.bias_forces(held, q, rest)
+
+
+def passive_forces(
+    mech: Mechanism, q: Float[Array, "... nq"], qd: Float[Array, "... nv"]
+) -> Float[Array, "... nv"]:
+    """All generalized forces that depend on the state only and are not the tree's own: the
+    joints' (`joint_forces`) and gravity compensation (`gravcomp_forces`), MuJoCo's
+    ``qfrc_passive`` (with ``frictionloss`` smoothed)."""
+    return joint_forces(mech, q, qd) + gravcomp_forces(mech, q)

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import dense, forces, kinematics, tree
+from . import actuators, dense, forces, kinematics, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -69,11 +69,12 @@ class Solution(NamedTuple):
 
 
 def generalized_forces(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, " n"]:
-    """``phi = tau + tau_joints - C qd - g + N^T (f_springs + f_ext)``: the right-hand side of the
-    tree's equations of motion (seed 000 eqs. 6-8, ``phi_j`` of eq. 20 stacked), ``tau_joints``
-    the joints' dampers and springs (`forces.joint_forces`)."""
+    """``phi = tau + tau_passive - C qd - g + N^T (f_springs + f_ext)``: the right-hand side of
+    the tree's equations of motion (seed 000 eqs. 6-8, ``phi_j`` of eq. 20 stacked),
+    ``tau_passive`` the joints' dampers, springs and friction and gravity compensation
+    (`forces.passive_forces`)."""
     wrenches = _body_wrenches(mech, q, qd, f_ext)
-    return tau + forces.joint_forces(mech, q, qd) - tree.bias_forces(mech, q, qd, wrenches)
+    return tau + forces.passive_forces(mech, q, qd) - tree.bias_forces(mech, q, qd, wrenches)
 
 
 def _body_wrenches(mech, q, qd, f_ext):
@@ -486,11 +487,14 @@ _SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem
 
 @eqx.filter_jit
 def solve(
-    mech, q, qd, tau, f_ext=None, method="sslm", baumgarte=None, independent=None
+    mech, q, qd, tau, f_ext=None, method="sslm", baumgarte=None, independent=None, ctrl=None
 ) -> Solution:
     """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
-    Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``."""
-    tau = tau + forces.joint_forces(mech, q, qd)
+    Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``;
+    ``ctrl`` drives the control actuators (`actuators.actuator_forces`)."""
+    tau = tau + forces.passive_forces(mech, q, qd)
+    if ctrl is not None:
+        tau = tau + actuators.actuator_forces(mech, q, qd, ctrl)
     if not mech.topology.loops:
         qdd = tree.forward_dynamics(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext))
         return Solution(qdd, jnp.zeros(0, qdd.dtype), jnp.asarray(False))
@@ -513,13 +517,17 @@ def forward_dynamics(
     method: str = "sslm",
     f_ext: Float[Array, "n d"] | None = None,
     independent: tuple[int, ...] | None = None,
+    ctrl: Float[Array, " u"] | None = None,
 ) -> tuple[Float[Array, " n"], Float[Array, " m"]]:
     """Joint accelerations ``qdd`` (aligned with ``mech.coordinate_names``) and loop-closure
     multipliers ``lam`` (loop by loop, in the rows of `kinematics.loop_residual`) at ``(q, qd)``.
 
     ``tau``: joint forces/torques, one per coordinate (zero for unactuated joints); gravity, the
-    mechanism's spring-dampers and the joints' dampers, springs and armature are included; ``f_ext``: extra body wrenches ``(n, d)`` in body
-    coordinates about each body frame origin (the `tree` convention). ``method``: ``"sslm"``
+    mechanism's spring-dampers, the joints' dampers, springs, friction and armature and gravity
+    compensation are included; ``f_ext``: extra body wrenches ``(n, d)`` in body coordinates
+    about each body frame origin (the `tree` convention); ``ctrl``: the control actuators'
+    inputs, one per ``mech.ctrl_names`` (MuJoCo's ``ctrl``), whose forces
+    (`actuators.actuator_forces`) add to ``tau``; None: none act. ``method``: ``"sslm"``
     (default), ``"slm"``, ``"system"`` or ``"embedding"`` (module docstring); ``independent``
     chooses the independent coordinates of ``"embedding"`` (default `independent_coordinates`).
 
@@ -527,16 +535,18 @@ def forward_dynamics(
     naming the loop when called eagerly, and an ``EquinoxRuntimeError`` under ``jit``; use
     `solve` for a flag instead. Compiled once per mechanism topology and method.
     """
-    q, qd, tau, f_ext = check_arrays(mech, "forward_dynamics", q=q, qd=qd, tau=tau, f_ext=f_ext)
+    q, qd, tau, f_ext, ctrl = check_arrays(
+        mech, "forward_dynamics", q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
+    )
     check_method(method)
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
     independent = tuple(independent or ())
     if _is_concrete(q) and _is_concrete(mech.mass):  # eager: jax.jit's own dispatch
         leaves, structure = jax.tree.flatten(mech)
-        result = _eager(structure, method, independent)(leaves, q, qd, tau, f_ext)
+        result = _eager(structure, method, independent)(leaves, q, qd, tau, f_ext, ctrl)
     else:
-        result = solve(mech, q, qd, tau, f_ext, method, independent=independent)
+        result = solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
     if _is_concrete(result.singular):
         if bool(result.singular):
             kinematics.check_jacobian(mech, q)  # raises naming the loop where it can
@@ -557,9 +567,9 @@ def _eager(structure, method, independent):
     partition: an eager call pays ``jax.jit``'s dispatch, not equinox's filtering of the whole
     mechanism (a third of the time of a four-bar call)."""
 
-    def run(leaves, q, qd, tau, f_ext):
+    def run(leaves, q, qd, tau, f_ext, ctrl):
         mech = jax.tree.unflatten(structure, leaves)
-        return solve(mech, q, qd, tau, f_ext, method, independent=independent)
+        return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
 
     return jax.jit(run)
 

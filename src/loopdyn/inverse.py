@@ -484,9 +484,10 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     position, rotation = tree.forward_kinematics(mech, q)
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     carried = tree.joint_wrenches(mech, q, qd, qdd, springs)  # tips -> base, without the loops
-    # The joints' own elements: the armature takes armature qdd, dampers and springs give back
-    # forces.joint_forces; the rest is what actuators and loops supply.
-    passive = mech.armature * qdd - forces.joint_forces(mech, q, qd)
+    # The joints' own elements: the armature takes armature qdd, dampers, springs, friction and
+    # gravity compensation give back forces.passive_forces; the rest is what actuators and loops
+    # supply.
+    passive = mech.armature * qdd - forces.passive_forces(mech, q, qd)
     tau_id = jnp.sum(tree.motion_subspaces(mech) * carried, axis=-1) + passive
     phi, jac, bias = kinematics.loop_terms(mech, q, qd)
     scales = (1.0, 1.0 + jnp.max(jnp.abs(qd)), 1.0 + jnp.max(jnp.abs(qdd)) + jnp.max(qd**2))
@@ -632,9 +633,11 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     whose work on the joint twist is the actuator force; a cut joint transmits its constraint
     rows' wrenches (`_row_wrenches`) times the multipliers. Equations: for each rigid body, the
     wrenches from its parents' joints minus those to its children's equal its inertia wrench less
-    gravity and springs. The joints' own elements (armature, dampers, springs) are known joint
-    wrenches: a couple about a revolute axis, a force along a prismatic one, whose work on the
-    joint twist is ``tau_joints - armature qdd``. One dense solve (LU; least squares where the
+    gravity and springs. The joints' own elements (armature, dampers, springs, friction) and
+    gravity compensation are known joint wrenches: a couple about a revolute axis, a force along
+    a prismatic one, whose work on the joint twist is ``tau_passive - armature qdd``
+    (`forces.passive_forces`; gravity compensation, a force on the bodies, then changes the
+    joint reactions it shows, not the actuator forces or multipliers). One dense solve (LU; least squares where the
     system is not square)."""
     if mech.coupling_names:
         raise ValueError(
@@ -644,7 +647,7 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
     dim, n = mech.dim, mech.num_bodies
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     position, rotation, s, body_wrench = tree.body_wrenches(mech, q, qd, qdd, springs)
-    known = forces.joint_forces(mech, q, qd) - mech.armature * qdd
+    known = forces.passive_forces(mech, q, qd) - mech.armature * qdd
     turns = np.array([kind != "prismatic" for kind in mech.joint_kinds])[:, None]
     part = np.arange(dim)[None] < (1 if mech.planar else 3)  # the angular rows of s
     pure = jnp.where(part == turns, s, 0.0)  # couple about the axis, or force along it

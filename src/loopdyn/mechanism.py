@@ -50,6 +50,10 @@ TREE_KINDS = ("revolute", "prismatic")
 QUATERNION_KINDS = ("ball", "free")  # tree joints with a quaternion: nq != nv
 CUT_KINDS = ("revolute", "prismatic", "spherical", "universal", "weld")
 CHAIN_AXES = {"spherical": np.eye(3), "universal": np.eye(3)[:2]}
+# The joints' passive elements, in `_Joint.passive`'s order (fields of `Mechanism`).
+PASSIVE = ("armature", "damping", "stiffness", "springref", "frictionloss")
+# Default velocity scale (rad/s or m/s) of the smooth dry friction `forces.joint_forces`.
+FRICTION_VELOCITY = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +115,18 @@ class Mechanism(eqx.Module):
     ``spring_point_b`` on body ``spring_bodies[k][1]`` (body coordinates, -1: ground).
     Each coordinate's passive joint elements, as MuJoCo's: ``armature`` (a rotor inertia added to
     the diagonal of the mass matrix), ``damping`` and ``stiffness`` about ``springref`` (the
-    generalized force ``-damping qd - stiffness (q - springref)``, `forces.joint_forces`).
+    generalized force ``-damping qd - stiffness (q - springref)``, `forces.joint_forces`), and
+    a smooth stand-in for MuJoCo's dry friction, ``-frictionloss tanh(qd / friction_velocity)``.
+    ``gravcomp``: each body's gravity compensation, MuJoCo's ``gravcomp`` (an upward force
+    ``-gravcomp mass gravity`` at its centre of mass, `forces.gravcomp_forces`); it acts only
+    when some body had it at build time (``gravcomp_bodies``, static).
+    Control actuators (``ctrl_*``, MuJoCo's ``<actuator>`` with a joint transmission): actuator
+    ``k`` drives coordinate ``ctrl_coordinates[k]`` with gear ``ctrl_gear[k]``; its input is
+    ``ctrl[k]``, its force ``gain . (1, l, v) ctrl + bias . (1, l, v)`` with length
+    ``l = gear q`` and velocity ``v = gear qd``, ``ctrl`` clamped to ``ctrl_range`` where
+    ``ctrl_limited`` and the force to ``ctrl_force_range`` where ``ctrl_force_limited``
+    (`loopdyn.actuators`). They are apart from ``actuator_names``, the coordinates whose input
+    is the generalized force ``tau`` itself.
     Couplings (MuJoCo's joint and fixed-tendon equalities, `MechanismBuilder.add_coupling`) are
     one-row constraints ``(u - u0) - sum_k poly_k (w - w0)^k = 0`` among coordinates, with
     ``u = coupling_first . q``, ``w = coupling_second . q`` and ``(u0, w0) =
@@ -150,6 +165,14 @@ class Mechanism(eqx.Module):
     coupling_second: Float[Array, "c n"]
     coupling_poly: Float[Array, "c 5"]
     coupling_reference: Float[Array, "c 2"]
+    frictionloss: Float[Array, " n"]
+    friction_velocity: Float[Array, " n"]
+    gravcomp: Float[Array, " n"]
+    ctrl_gear: Float[Array, " u"]
+    ctrl_gain: Float[Array, "u 3"]
+    ctrl_bias: Float[Array, "u 3"]
+    ctrl_range: Float[Array, "u 2"]
+    ctrl_force_range: Float[Array, "u 2"]
 
     planar: bool = eqx.field(static=True)
     body_names: tuple[str, ...] = eqx.field(static=True)
@@ -162,6 +185,11 @@ class Mechanism(eqx.Module):
     topology: Topology = eqx.field(static=True)
     spring_names: tuple[str, ...] = eqx.field(static=True)
     spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
+    gravcomp_bodies: tuple[int, ...] = eqx.field(static=True)
+    ctrl_names: tuple[str, ...] = eqx.field(static=True)
+    ctrl_coordinates: tuple[int, ...] = eqx.field(static=True)
+    ctrl_limited: tuple[bool, ...] = eqx.field(static=True)
+    ctrl_force_limited: tuple[bool, ...] = eqx.field(static=True)
     axis_names: tuple[str, str, str] = eqx.field(static=True, default=("x", "y", "z"))
     quaternion_slots: tuple[int, ...] = eqx.field(static=True, default=())
     reduced_points: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = eqx.field(
@@ -243,6 +271,7 @@ class _Body:
     com: np.ndarray
     inertia: np.ndarray
     internal: bool = False
+    gravcomp: float = 0.0
 
 
 @dataclasses.dataclass
@@ -259,8 +288,20 @@ class _Joint:
     cut: bool
     actuated: bool
     coordinate: str
-    passive: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # armature .. springref
+    passive: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)  # armature .. frictionloss
+    friction_velocity: float = FRICTION_VELOCITY
     quaternion: bool = False  # the first of a ball's three bodies: turned by a quaternion
+
+
+@dataclasses.dataclass
+class _Actuator:
+    name: str
+    coordinate: str
+    gear: float
+    gain: np.ndarray
+    bias: np.ndarray
+    ctrlrange: np.ndarray | None
+    forcerange: np.ndarray | None
 
 
 def _vector(value, size, what):
@@ -342,12 +383,15 @@ class MechanismBuilder:
         self._joints: list[_Joint] = []
         self._springs: list[tuple] = []
         self._couplings: list[tuple] = []
+        self._actuators: list[_Actuator] = []
 
     def add_body(
-        self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None
+        self, name: str, mass: float, com=(0.0, 0.0, 0.0), inertia=None, gravcomp: float = 0.0
     ) -> MechanismBuilder:
         """Add a body with ``mass``, centre of mass ``com`` (body frame) and ``inertia`` about the
-        centre of mass: a 3x3 matrix, 3 principal moments, or for planar mechanisms a scalar Izz."""
+        centre of mass: a 3x3 matrix, 3 principal moments, or for planar mechanisms a scalar Izz.
+        ``gravcomp``: the fraction of its weight held up at its centre of mass (MuJoCo's body
+        ``gravcomp``: 1 cancels gravity, more floats it)."""
         if name == GROUND or name in self._bodies:
             raise ValueError(f"body name {name!r} is already used")
         if not isinstance(mass, numbers.Real) or not np.isfinite(mass) or mass <= 0:
@@ -356,11 +400,14 @@ class MechanismBuilder:
             )
         if inertia is None:
             raise ValueError(f"body {name!r}: inertia is required")
+        if not isinstance(gravcomp, numbers.Real) or not np.isfinite(gravcomp):
+            raise ValueError(f"body {name!r}: gravcomp must be a finite number, got {gravcomp!r}")
         self._bodies[name] = _Body(
             name,
             float(mass),
             _vector(com, 3, f"body {name!r}: com"),
             _inertia(inertia, self.planar, f"body {name!r}: inertia"),
+            gravcomp=float(gravcomp),
         )
         return self
 
@@ -389,12 +436,16 @@ class MechanismBuilder:
         damping: float = 0.0,
         stiffness: float = 0.0,
         springref: float = 0.0,
+        frictionloss: float = 0.0,
+        friction_velocity: float = FRICTION_VELOCITY,
     ) -> MechanismBuilder:
         """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames).
         A revolute or prismatic tree joint may carry passive elements: ``armature`` (rotor
         inertia, kg m^2 or kg), ``damping`` (N m s or N s), ``stiffness`` (N m or N/m) pulling
-        towards ``springref`` (rad or m), as MuJoCo's joint attributes of the same names; a ball
-        or free joint its ``armature`` and ``damping``, on each of its velocities. A ball cut
+        towards ``springref`` (rad or m), as MuJoCo's joint attributes of the same names, and
+        ``frictionloss`` (N m or N), dry friction smoothed over ``friction_velocity`` (rad/s or
+        m/s; `forces.joint_forces`: not MuJoCo's friction constraint at low speed); a ball or
+        free joint its ``armature`` and ``damping``, on each of its velocities. A ball cut
         joint is a spherical one."""
         if kind == "ball" and (cut or child == GROUND or self._has_tree_joint(child)):
             kind = "spherical"
@@ -443,16 +494,20 @@ class MechanismBuilder:
             raise ValueError(
                 f"joint {name!r}: only revolute or prismatic tree joints can be actuated"
             )
-        passive = (armature, damping, stiffness, springref)
-        for what, value in zip(("armature", "damping", "stiffness", "springref"), passive):
+        passive = (armature, damping, stiffness, springref, frictionloss)
+        for what, value in zip(PASSIVE + ("friction_velocity",), passive + (friction_velocity,)):
             if not isinstance(value, numbers.Real) or not np.isfinite(value):
                 raise ValueError(f"joint {name!r}: {what} must be a finite number, got {value!r}")
             if what != "springref" and value < 0:
                 raise ValueError(f"joint {name!r}: {what} must be >= 0, got {value}")
+        if friction_velocity <= 0:
+            raise ValueError(
+                f"joint {name!r}: friction_velocity must be > 0, got {friction_velocity}"
+            )
         if any(passive) and (common["cut"] or kind not in TREE_KINDS + QUATERNION_KINDS):
             raise ValueError(
-                f"joint {name!r}: armature, damping and stiffness act on the coordinate of a "
-                "revolute, prismatic, ball or free tree joint"
+                f"joint {name!r}: armature, damping, stiffness and frictionloss act on the "
+                "coordinate of a revolute, prismatic, ball or free tree joint"
             )
         if kind in QUATERNION_KINDS:
             if self.planar or common["cut"] or any(passive[2:]):
@@ -461,7 +516,7 @@ class MechanismBuilder:
                     if self.planar
                     else "can only be a tree joint"
                     if common["cut"]
-                    else "takes armature and damping only (no stiffness or springref)"
+                    else "takes armature and damping only (no stiffness, springref or frictionloss)"
                 )
                 raise ValueError(f"joint {name!r}: a {kind} joint {why}")
             self._add_quaternion_joint(name, kind, common, passive)
@@ -481,6 +536,7 @@ class MechanismBuilder:
                     actuated=actuated,
                     coordinate=name,
                     passive=tuple(float(v) for v in passive),
+                    friction_velocity=float(friction_velocity),
                     **common,
                 )
             )
@@ -586,6 +642,76 @@ class MechanismBuilder:
         shaped = np.array(rows).reshape(-1, 2, len(joints))
         return shaped[:, 0], shaped[:, 1], used, np.array(reference).reshape(-1, 2)
 
+    def add_actuator(
+        self,
+        name: str,
+        joint: str,
+        gear: float = 1.0,
+        gain=(1.0, 0.0, 0.0),
+        bias=(0.0, 0.0, 0.0),
+        ctrlrange=None,
+        forcerange=None,
+    ) -> MechanismBuilder:
+        """A control actuator on the coordinate of revolute or prismatic tree joint ``joint``, as
+        MuJoCo's actuators with a joint transmission (`loopdyn.actuators`): its input is one entry
+        of ``ctrl``, its force ``gain . (1, l, v) ctrl + bias . (1, l, v)`` with ``l = gear q``
+        and ``v = gear qd``, ``gear`` times it acting on the coordinate. MuJoCo's ``gaintype``
+        fixed is ``gain = (gainprm[0], 0, 0)`` and ``biastype`` none is ``bias = 0``; a
+        ``<motor>`` is the default, a ``<position kp kv>`` is ``gain = (kp, 0, 0)``,
+        ``bias = (0, -kp, -kv)``, a ``<velocity kv>`` is ``gain = (kv, 0, 0)``,
+        ``bias = (0, 0, -kv)``. ``ctrlrange``, ``forcerange``: ``(low, high)`` clamps of the
+        input and of the force, or None for none."""
+        if any(a.name == name for a in self._actuators):
+            raise ValueError(f"actuator name {name!r} is already used")
+        joints = [j for j in self._joints if j.coordinate == joint]
+        if not joints or joints[0].cut or joints[0].kind not in TREE_KINDS:
+            raise ValueError(
+                f"actuator {name!r}: joint {joint!r} is not a revolute or prismatic tree joint; "
+                f"add it first (coordinates: {[j.coordinate for j in self._joints if not j.cut]})"
+            )
+        if not isinstance(gear, numbers.Real) or not np.isfinite(gear) or gear == 0:
+            raise ValueError(
+                f"actuator {name!r}: gear must be a finite non-zero number, got {gear!r}"
+            )
+        ranges = []
+        for what, value in (("ctrlrange", ctrlrange), ("forcerange", forcerange)):
+            value = None if value is None else _vector(value, 2, f"actuator {name!r}: {what}")
+            if value is not None and value[0] > value[1]:
+                raise ValueError(
+                    f"actuator {name!r}: {what} {value.tolist()} has its low end above its high end"
+                )
+            ranges.append(value)
+        self._actuators.append(
+            _Actuator(
+                name,
+                joint,
+                float(gear),
+                _vector(gain, 3, f"actuator {name!r}: gain"),
+                _vector(bias, 3, f"actuator {name!r}: bias"),
+                *ranges,
+            )
+        )
+        return self
+
+    def _ctrl_fields(self, coordinates, stack):
+        """The `Mechanism` fields of the control actuators (``ctrl_*``)."""
+        acts = self._actuators
+        return {
+            "ctrl_gear": stack([a.gear for a in acts], ()),
+            "ctrl_gain": stack([a.gain for a in acts], (3,)),
+            "ctrl_bias": stack([a.bias for a in acts], (3,)),
+            "ctrl_range": stack(
+                [np.zeros(2) if a.ctrlrange is None else a.ctrlrange for a in acts], (2,)
+            ),
+            "ctrl_force_range": stack(
+                [np.zeros(2) if a.forcerange is None else a.forcerange for a in acts], (2,)
+            ),
+            "ctrl_names": tuple(a.name for a in acts),
+            "ctrl_coordinates": tuple(coordinates.index(a.coordinate) for a in acts),
+            "ctrl_limited": tuple(a.ctrlrange is not None for a in acts),
+            "ctrl_force_limited": tuple(a.forcerange is not None for a in acts),
+        }
+
     def _has_tree_joint(self, body):
         return any(j.child == body and not j.cut for j in self._joints)
 
@@ -643,7 +769,7 @@ class MechanismBuilder:
             raise ValueError(f"joint {name!r} needs body name {taken[0]!r}, already used")
         for body in links[1:]:
             self.add_frame(body)
-        elements = (float(passive[0]), float(passive[1]), 0.0, 0.0)
+        elements = (float(passive[0]), float(passive[1]), 0.0, 0.0, 0.0)
         for k, (slot, axis, (p, r), (c, cr), quaternion) in enumerate(slots):
             self._joints.append(
                 _Joint(
@@ -765,10 +891,11 @@ class MechanismBuilder:
             spring_stiffness=stack([sp[5] for sp in self._springs], ()),
             spring_damping=stack([sp[6] for sp in self._springs], ()),
             spring_rest_length=stack([sp[7] for sp in self._springs], ()),
-            **{
-                field: stack([j.passive[k] for j in joints], ())
-                for k, field in enumerate(("armature", "damping", "stiffness", "springref"))
-            },
+            **{field: stack([j.passive[k] for j in joints], ()) for k, field in enumerate(PASSIVE)},
+            friction_velocity=stack([j.friction_velocity for j in joints], ()),
+            gravcomp=stack([b.gravcomp for b in bodies], ()),
+            gravcomp_bodies=tuple(k for k, b in enumerate(bodies) if b.gravcomp),
+            **self._ctrl_fields(coordinates, stack),
             coupling_first=jnp.asarray(first),
             coupling_second=jnp.asarray(second),
             coupling_poly=stack([c[3] for c in self._couplings], (5,)),
