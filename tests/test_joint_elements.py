@@ -128,5 +128,7 @@ def test_builder_refuses_bad_elements():
         builder().add_joint("j", "revolute", "ground", "link", armature=float("nan"))
     b = builder().add_joint("j", "revolute", "ground", "link")
     b.add_joint("k", "revolute", "ground", "other")
-    with pytest.raises(ValueError, match="joint 'c': armature, damping and stiffness act on"):
+    with pytest.raises(
+        ValueError, match="joint 'c': armature, damping, stiffness and frictionloss act on"
+    ):
         b.add_joint("c", "revolute", "link", "other", cut=True, stiffness=1.0)

@@ -593,8 +593,11 @@ def _model(worldbody="", extra=""):
             "equality 'taut': a tendon constraint (only connect, weld, joint and fixed-tendon",
         ),
         (
-            _model(extra='<actuator><position name="servo" joint="hinge" kp="10"/></actuator>'),
-            "actuator 'servo' is not a motor",
+            _model(
+                extra='<actuator><general name="servo" joint="hinge" dyntype="integrator"/>'
+                "</actuator>"
+            ),
+            "actuator 'servo' has activation dynamics",
         ),
         (
             _model(extra='<actuator><motor name="pull" site="tip" gear="1 0 0 0 0 0"/></actuator>'),
@@ -637,12 +640,12 @@ def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warnin
         '<body name="limb"><joint name="knee" frictionloss="0.1"/><geom size="0.1"/></body>',
         '<tendon><fixed name="cable" stiffness="2"><joint joint="hinge" coef="1"/></fixed></tendon>'
         '<equality><connect name="pin" body1="hand" body2="world" anchor="1 0 0" active="false"/>'
-        '</equality><actuator><position name="servo" joint="hinge" kp="10"/>'
+        '</equality><actuator><general name="servo" joint="hinge" dyntype="integrator"/>'
         '<motor name="drive" joint="wrist"/></actuator>',
     )
     listed = ("joint 'knee' has frictionloss", "tendon 'cable' has stiffness")
     listed += ("equality 'pin': inactive",)
-    listed += ("actuator 'servo' is not a motor",)
+    listed += ("actuator 'servo' has activation dynamics",)
     with pytest.raises(ValueError, match="uses 4 feature") as refused:
         load_mjcf(xml)
     assert all(item in str(refused.value) for item in listed)
@@ -651,6 +654,7 @@ def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warnin
         mech = load_mjcf(xml, unsupported="warn")
     assert all(item in str(warned[0].message) for item in listed) and len(warned) == 1
     assert mech.cut_joints == () and mech.actuator_names == ("wrist",)
+    assert mech.ctrl_names == ("drive",) and float(mech.frictionloss.sum()) == 0.0
 
 
 def test_bad_sources():

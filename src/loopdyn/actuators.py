@@ -1,8 +1,9 @@
 """Control actuators: generalized forces from the control input ``ctrl``, as MuJoCo's actuators
 with a joint transmission on a hinge or slide and no activation dynamics.
 
-Actuator ``k`` on coordinate ``i = ctrl_coordinates[k]`` with gear ``g`` has length ``l = g q_i``
-and velocity ``v = g qd_i``. With ``ctrl_k`` clamped to ``ctrl_range`` (where ``ctrl_limited``)
+Actuator ``k`` on coordinate ``i = ctrl_coordinates[k]`` (a hinge's or slide's, an index into the
+velocities) with gear ``g`` has length ``l = g q_i`` (its entry of ``q``, MuJoCo's ``qpos``) and
+velocity ``v = g qd_i``. With ``ctrl_k`` clamped to ``ctrl_range`` (where ``ctrl_limited``)
 its force is ``f = (gain_0 + gain_1 l + gain_2 v) ctrl_k + bias_0 + bias_1 l + bias_2 v``
 (MuJoCo's ``gaintype``/``biastype`` affine; fixed and none are the cases with zeros), clamped to
 ``ctrl_force_range`` (where ``ctrl_force_limited``): MuJoCo's ``actuator_force``. It adds
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from . import configuration
 from .mechanism import Mechanism
 
 
@@ -25,15 +27,16 @@ def _clamp(x, limits, limited):
 
 def actuator_force(
     mech: Mechanism,
-    q: Float[Array, "... n"],
-    qd: Float[Array, "... n"],
+    q: Float[Array, "... nq"],
+    qd: Float[Array, "... nv"],
     ctrl: Float[Array, "... u"],
 ) -> Float[Array, "... u"]:
     """Each actuator's scalar force ``f`` (module docstring; MuJoCo's ``actuator_force``)."""
     coordinates = np.array(mech.ctrl_coordinates, dtype=int)
     gear = mech.ctrl_gear
+    angles = configuration.scalar_coordinates(mech, q)[..., coordinates]
     terms = jnp.stack(  # (1, l, v) per actuator
-        [jnp.ones_like(ctrl), gear * q[..., coordinates], gear * qd[..., coordinates]], axis=-1
+        [jnp.ones_like(ctrl), gear * angles, gear * qd[..., coordinates]], axis=-1
     )
     ctrl = _clamp(ctrl, mech.ctrl_range, mech.ctrl_limited)
     force = jnp.sum(mech.ctrl_gain * terms, -1) * ctrl + jnp.sum(mech.ctrl_bias * terms, -1)
@@ -42,10 +45,10 @@ def actuator_force(
 
 def actuator_forces(
     mech: Mechanism,
-    q: Float[Array, "... n"],
-    qd: Float[Array, "... n"],
+    q: Float[Array, "... nq"],
+    qd: Float[Array, "... nv"],
     ctrl: Float[Array, "... u"],
-) -> Float[Array, "... n"]:
+) -> Float[Array, "... nv"]:
     """The actuators' generalized forces ``g f`` summed on their coordinates (MuJoCo's
     ``qfrc_actuator``); zero for a mechanism without control actuators."""
     force = mech.ctrl_gear * actuator_force(mech, q, qd, ctrl)

@@ -37,9 +37,18 @@ The mapping, MuJoCo -> loopdyn:
   coordinates (`MechanismBuilder.add_coupling`): ``y - y0 = polycoef(x - x0)`` with ``y0``, ``x0``
   at ``qpos0``, exact like the cut joints. A fixed tendon by itself adds nothing (its stiffness,
   damping or friction are refused); spatial tendons are refused.
-- ``<actuator><motor joint=...>`` (or a ``<general>`` like it) makes that hinge or slide coordinate
-  actuated. loopdyn's input is the joint force itself; MuJoCo's ``ctrl`` is that force divided by
-  gear x gain. Control and force ranges are not represented.
+- Actuators with a joint transmission on a hinge or slide and no activation dynamics
+  (``<motor>``, ``<position>``, ``<velocity>``, ``<general>`` with gaintype fixed or affine and
+  biastype none or affine) become control actuators, in MuJoCo's order (``mech.ctrl_names``):
+  gear, gain and bias (zeros past ``gainprm[0]`` for a fixed gain, all zeros for no bias),
+  ``ctrlrange`` where ``ctrllimited`` (unless ``<flag clampctrl="disable"/>``) and
+  ``forcerange`` where ``forcelimited``. `loopdyn.forward_dynamics`'s ``ctrl`` is then
+  MuJoCo's ``ctrl`` (`loopdyn.actuators`). A motor (fixed gain, no bias) also makes its
+  coordinate actuated, as before: the input ``tau`` is the joint force itself, unclamped.
+- A body's ``gravcomp`` becomes its ``Mechanism.gravcomp`` (the bodies welded into one loopdyn
+  body must share it). A joint's ``actuatorgravcomp`` changes only where MuJoCo books the force
+  (``qfrc_actuator``, not ``qfrc_passive``), not the motion, unless the joint clamps its
+  actuator force (``actuatorfrcrange``, unsupported); loopdyn counts it as passive.
 - Gravity: ``opt.gravity``, or zero when the gravity flag is disabled.
 - Planar: at ``qpos0`` every hinge axis is along one world direction n, every slide axis is
   perpendicular to it, no joint is a ball, every joint frame turns about n only, and gravity is
@@ -61,19 +70,24 @@ The mapping, MuJoCo -> loopdyn:
   its connect/weld constraints would have rows that vanish identically.
 - A hinge's or slide's ``armature``, ``damping`` and ``stiffness`` (about ``springref``), and a
   ball's or free joint's ``armature`` and ``damping``, become the coordinates' passive elements
-  (`loopdyn.mechanism.Mechanism`), as MuJoCo applies them.
-- Unnamed bodies, joints and equalities are named ``body<id>``, ``joint<id>`` and
-  ``equality<id>``, with MuJoCo's element id.
+  (`loopdyn.mechanism.Mechanism`), as MuJoCo applies them. A hinge's or slide's
+  ``frictionloss`` (MuJoCo's dry-friction constraint) is refused, or with
+  ``frictionloss="smooth"`` loaded as the smooth law of `loopdyn.forces.joint_forces`, which
+  differs from MuJoCo's at low speed (it cannot hold a loaded joint at rest).
+- Unnamed bodies, joints, equalities and actuators are named ``body<id>``, ``joint<id>``,
+  ``equality<id>`` and ``actuator<id>``, with MuJoCo's element id.
 
 Joint limits are ignored with a warning (loopdyn enforces none). What loopdyn cannot represent
 is listed all at once, each element named, in one ``ValueError``: a ball or free joint's
-stiffness, polynomial stiffness or damping, friction loss, mocap bodies, gravity compensation,
-spatial tendons and tendon forces, flexes, explicit contact pairs, equality constraints other than
-active connect, weld, joint and fixed-tendon ones, actuators other than a joint motor, and fluid
-forces. With ``unsupported="warn"`` the model loads
-without them (one warning lists what the simulation leaves out: those equalities and actuators
-are dropped, the forces and contacts do not act, mocap bodies stay where drawn); flexes are
-refused either way. Geoms count only through the inertia MuJoCo
+stiffness or friction loss, polynomial stiffness or damping, a hinge's or slide's friction loss
+(unless ``frictionloss="smooth"``), mocap bodies, gravity compensation that differs within one
+loopdyn body, spatial tendons and tendon forces, flexes, explicit contact pairs, equality
+constraints other than active connect, weld, joint and fixed-tendon ones, actuators with
+activation dynamics, another transmission, gain or bias, armature, damping or delay, and fluid
+forces. With ``unsupported="warn"`` the model loads without them (one warning lists what the
+simulation leaves out: those equalities and actuators are dropped, the forces and contacts do
+not act, mocap bodies stay where drawn); flexes are refused either way. Geoms count only through
+the inertia MuJoCo
 computed from them. Their collisions are ignored (loopdyn has no contact), and so are sensors,
 cameras, lights, the time step and the integrator. Keyframes are states of the loaded mechanism
 (`keyframes`).
@@ -104,32 +118,43 @@ _WRAP_JOINT = 1  # mjtWrap
 _WELD = 1
 _EQ_TYPES = ("connect", "weld", "joint", "tendon", "flex", "flexvert", "flexstrain", "distance")
 _OBJ_BODY, _OBJ_SITE = 1, 6
-_DSBL_CONSTRAINT, _DSBL_EQUALITY, _DSBL_GRAVITY = 1, 2, 128
+_DSBL_CONSTRAINT, _DSBL_EQUALITY, _DSBL_FRICTIONLOSS, _DSBL_GRAVITY = 1, 2, 4, 128
+_DSBL_CLAMPCTRL = 256
+# mjtTrn, mjtGain, mjtBias: the joint transmissions, and the fixed/affine gains and none/affine
+# biases that loopdyn.actuators models.
+_TRN_JOINT, _TRN_JOINTINPARENT = 0, 1
+_AFFINE = 1
+_GAINS, _BIASES = (0, _AFFINE), (0, _AFFINE)
 
 
 def load_mjcf(
     source: str | os.PathLike | mujoco.MjModel,
     planar: bool | None = None,
     unsupported: str = "error",
+    frictionloss: str | None = None,
 ) -> Mechanism:
     """Build a `Mechanism` from MJCF: a file path, the XML text itself (a string starting with
     ``<``) or a compiled ``mujoco.MjModel``. See the module docstring for the mapping. ``planar``:
     None detects it, True or False forces it. ``unsupported``: ``"error"`` raises one
     ``ValueError`` listing every feature loopdyn cannot represent; ``"warn"`` loads the model
-    without them and warns once with the list (flexes are refused either way)."""
-    return _load(source, planar, unsupported)[0]
+    without them and warns once with the list (flexes are refused either way).
+    ``frictionloss="smooth"`` loads a hinge's or slide's ``frictionloss`` as the smooth law of
+    `loopdyn.forces.joint_forces` (not MuJoCo's dry-friction constraint at low speed); None
+    counts it as unsupported."""
+    return _load(source, planar, unsupported, frictionloss)[0]
 
 
 def world_rotation(
     source: str | os.PathLike | mujoco.MjModel,
     planar: bool | None = None,
     unsupported: str = "error",
+    frictionloss: str | None = None,
 ) -> np.ndarray:
     """The constant rotation ``R`` that `load_mjcf` (same arguments) turns the file's world by:
     identity, unless the model is a planar mechanism drawn outside the xy-plane. A loaded body's
     pose ``(p, R_b)`` is the file's ``(R.T @ p, R.T @ R_b @ R)``; a world vector ``v`` of the file
     (a force, a point) is ``R @ v`` in the loaded mechanism."""
-    return _load(source, planar, unsupported)[1]
+    return _load(source, planar, unsupported, frictionloss)[1]
 
 
 class Keyframe(NamedTuple):
@@ -158,12 +183,14 @@ def keyframes(source: str | os.PathLike | mujoco.MjModel) -> dict[str, Keyframe]
     }
 
 
-def _load(source, planar, unsupported):
+def _load(source, planar, unsupported, frictionloss):
     """The mechanism and the rotation of the file's world into loopdyn's."""
+    if frictionloss not in (None, "smooth"):
+        raise ValueError(f"frictionloss must be None or 'smooth', got {frictionloss!r}")
     model = _compile(source)
-    dropped = _refuse_unsupported(model, unsupported)
+    dropped = _refuse_unsupported(model, unsupported, frictionloss)
     frames = _frames(model)
-    joints, massless = _tree_joints(model, frames, dropped)
+    joints, massless = _tree_joints(model, frames, dropped, frictionloss)
     cuts = _cut_joints(model, frames, dropped)
     gravity = np.zeros(3) if model.opt.disableflags & _DSBL_GRAVITY else model.opt.gravity.copy()
     normal = _plane_normal(model)
@@ -194,8 +221,9 @@ def _load(source, planar, unsupported):
     elif planar:
         gravity[2] = 0.0  # in the plane up to rounding: the builder wants it exactly
     builder = MechanismBuilder(planar=planar, gravity=gravity)
+    gravcomp = _gravcomp(model, frames)
     for name, (mass, com, inertia) in inertias.items():
-        builder.add_body(name, mass=mass, com=com, inertia=inertia)
+        builder.add_body(name, mass=mass, com=com, inertia=inertia, gravcomp=gravcomp.get(name, 0))
     for name in massless:
         builder.add_frame(name)
     for spec in specs:
@@ -204,6 +232,9 @@ def _load(source, planar, unsupported):
         builder.add_joint(**spec)
     for spec in _couplings(model, dropped):
         builder.add_coupling(**spec)
+    for a in range(model.nu):
+        if ("actuator", a) not in dropped:
+            builder.add_actuator(**_actuator(model, a))
     q0 = {
         key: model.qpos0[model.jnt_qposadr[j] + k]
         for j in range(model.njnt)
@@ -265,7 +296,7 @@ class _Unsupported(NamedTuple):
     drop: tuple[str, int] | None = None
 
 
-def _unsupported(model) -> list[_Unsupported]:
+def _unsupported(model, frictionloss) -> list[_Unsupported]:
     """Every element loopdyn cannot represent, in the file's order of kinds."""
     out = [
         _Unsupported(f"{kind} {_name(model, kind, i)!r}: {why}", ignorable)
@@ -282,10 +313,9 @@ def _unsupported(model) -> list[_Unsupported]:
             out.append(
                 _Unsupported(f"body {_name(model, 'body', b)!r} is a mocap body (held fixed)")
             )
-        if model.body_gravcomp[b]:
-            out.append(_Unsupported(f"body {_name(model, 'body', b)!r} has gravcomp"))
+    out += _gravcomp_problems(model)
     for j in range(model.njnt):
-        out += _joint_problems(model, j)
+        out += _joint_problems(model, j, frictionloss)
     out += [
         _Unsupported(f"tendon {_name(model, 'tendon', t)!r} {why}") for t, why in _tendons(model)
     ]
@@ -325,13 +355,13 @@ def _unsupported(model) -> list[_Unsupported]:
     return out
 
 
-def _refuse_unsupported(model, unsupported):
+def _refuse_unsupported(model, unsupported, frictionloss):
     """Raise one ``ValueError`` listing every unsupported feature (``unsupported="error"``), or
     warn once listing what the loaded mechanism leaves out (``"warn"``); features that cannot be
     left out (flexes) are refused either way. Returns the elements to drop."""
     if unsupported not in ("error", "warn"):
         raise ValueError(f"unsupported must be 'error' or 'warn', got {unsupported!r}")
-    problems = _unsupported(model)
+    problems = _unsupported(model, frictionloss)
     listed = "".join(f"\n  - {p.message}" for p in problems)
     if any(not p.ignorable for p in problems) or (problems and unsupported == "error"):
         hint = (
@@ -379,45 +409,107 @@ def _objects(model, e):
     return [k for k in (model.eq_obj1id[e], model.eq_obj2id[e]) if k >= 0]
 
 
-def _joint_problems(model, j):
+def _joint_problems(model, j, frictionloss):
     name, kind = _name(model, "joint", j), model.jnt_type[j]
     dofs = slice(model.jnt_dofadr[j], model.jnt_dofadr[j] + _DOFS[kind])
     turned = kind in (_BALL, _FREE)  # a quaternion: no linear stiffness about springref
+    smooth = not turned and frictionloss == "smooth"
+    friction = (
+        () if model.opt.disableflags & _DSBL_FRICTIONLOSS or smooth else ("dof_frictionloss",)
+    )
     return [
         _Unsupported(f"joint {name!r} has {what}")
         for what, fields, index in (
             ("stiffness", ("jnt_stiffness",) if turned else (), j),
             ("polynomial stiffness", ("jnt_stiffnesspoly",), j),
             ("polynomial damping", ("dof_dampingpoly",), dofs),
-            ("frictionloss", ("dof_frictionloss",), dofs),
+            (
+                "frictionloss (MuJoCo's dry-friction constraint"
+                + (")" if turned else "; frictionloss='smooth' loads a smooth approximation)"),
+                friction,
+                dofs,
+            ),
+            ("actuatorfrcrange (a clamp of its total actuator force)", ("jnt_actfrclimited",), j),
         )
         if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f))
     ]
 
 
-def _actuator_problem(model, a):
-    """Why actuator ``a`` is not a plain motor on a hinge or slide joint, or None."""
-    if model.actuator_trntype[a] != 0:  # mjTRN_JOINT
-        return "does not act on a joint (only joint actuators are supported)"
-    if (model.actuator_dyntype[a], model.actuator_gaintype[a], model.actuator_biastype[a]) != (
-        0,
-        0,
-        0,
-    ):
-        return (
-            "is not a motor (it has activation dynamics, a variable gain or a bias, like "
-            "position/velocity servos)"
+def _gravcomp_problems(model):
+    """Bodies welded into one loopdyn body (`_frames`) whose ``gravcomp`` differ: loopdyn holds
+    one fraction per body."""
+    parts = {}
+    for b in range(1, model.nbody):
+        if model.body_mass[b] > 0:
+            parts.setdefault(_owner(model, b), set()).add(float(model.body_gravcomp[b]))
+    return [
+        _Unsupported(
+            f"body {_name(model, 'body', b)!r}: the bodies welded into it have different "
+            f"gravcomp {sorted(fractions)} (loopdyn holds one fraction per body)",
+            ignorable=False,
         )
+        for b, fractions in parts.items()
+        if b > 0 and len(fractions) > 1
+    ]
+
+
+def _owner(model, b):
+    """The moving MuJoCo body that body ``b`` is welded into (itself if it has joints; 0: the
+    world)."""
+    while b > 0 and model.body_jntnum[b] == 0:
+        b = model.body_parentid[b]
+    return b
+
+
+def _gravcomp(model, frames):
+    """Each moving body's ``gravcomp`` (one value over its welded parts, `_gravcomp_problems`)."""
+    return {
+        frames[b][0]: float(model.body_gravcomp[b])
+        for b in range(1, model.nbody)
+        if model.body_mass[b] > 0 and _owner(model, b) > 0
+    }
+
+
+def _actuator_problem(model, a):
+    """Why actuator ``a`` is not one `loopdyn.actuators` models (no activation dynamics, a fixed
+    or affine gain and bias, a hinge or slide joint transmission), or None."""
+    if model.actuator_trntype[a] not in (_TRN_JOINT, _TRN_JOINTINPARENT):
+        return "does not act on a joint (only joint actuators are supported)"
+    if model.actuator_dyntype[a] != 0:  # mjDYN_NONE
+        return "has activation dynamics (dyntype other than none): loopdyn has no actuator state"
+    if model.actuator_gaintype[a] not in _GAINS or model.actuator_biastype[a] not in _BIASES:
+        return "has a gain or bias other than fixed/affine (muscle, user or another model)"
     if any(
         np.any(getattr(model, f)[a])
-        for f in ("actuator_armature", "actuator_damping")
+        for f in ("actuator_armature", "actuator_damping", "actuator_dampingpoly", "actuator_delay")
         if hasattr(model, f)
     ):  # fields of MuJoCo >= 4
-        return "has armature or damping"
+        return "has armature, damping or a delay"
+    if hasattr(model, "actuator_ctrlnum") and model.actuator_ctrlnum[a] != 1:
+        return f"takes {model.actuator_ctrlnum[a]} controls (only one per actuator)"
     j = model.actuator_trnid[a, 0]
     if model.jnt_type[j] not in (_SLIDE, _HINGE):
-        return f"drives the ball joint {_name(model, 'joint', j)!r} (only hinges and slides)"
+        kind = _JOINT_KINDS[model.jnt_type[j]]
+        return f"drives the {kind} joint {_name(model, 'joint', j)!r} (only hinges and slides)"
     return None
+
+
+def _actuator(model, a):
+    """Keyword arguments of `MechanismBuilder.add_actuator` for actuator ``a``: gain and bias as
+    affine laws (zeros where the type is fixed or none); no control clamp where ``<flag
+    clampctrl="disable"/>``."""
+    affine_gain = float(model.actuator_gaintype[a] == _AFFINE)
+    affine_bias = float(model.actuator_biastype[a] == _AFFINE)
+    clamped = model.actuator_ctrllimited[a] and not model.opt.disableflags & _DSBL_CLAMPCTRL
+    return {
+        "name": _name(model, "actuator", a),
+        "joint": _name(model, "joint", model.actuator_trnid[a, 0]),
+        "gear": float(model.actuator_gear[a, 0]),
+        "gain": model.actuator_gainprm[a, :3] * (1.0, affine_gain, affine_gain),
+        "bias": model.actuator_biasprm[a, :3] * affine_bias,
+        "ctrlrange": model.actuator_ctrlrange[a] if clamped else None,
+        "forcerange": model.actuator_forcerange[a] if model.actuator_forcelimited[a] else None,
+    }
 
 
 def _quat_matrix(quat):
@@ -481,11 +573,16 @@ def _inertias(model, frames):
     return merged
 
 
-def _tree_joints(model, frames, dropped):
+def _tree_joints(model, frames, dropped, frictionloss):
     """Keyword arguments of `MechanismBuilder.add_joint` for every MuJoCo joint, in body order,
-    and the names of the massless bodies between the joints of multi-joint bodies."""
+    and the names of the massless bodies between the joints of multi-joint bodies. A joint is
+    actuated (its input the generalized force) when a motor drives it: an actuator of fixed
+    gain and no bias."""
     actuated = {
-        model.actuator_trnid[a, 0] for a in range(model.nu) if ("actuator", a) not in dropped
+        model.actuator_trnid[a, 0]
+        for a in range(model.nu)
+        if ("actuator", a) not in dropped
+        and (model.actuator_gaintype[a], model.actuator_biastype[a]) == (0, 0)
     }
     specs, massless = [], []
     for b in range(1, model.nbody):
@@ -514,16 +611,17 @@ def _tree_joints(model, frames, dropped):
                     "rotation": rotation @ _axis_angle(axis, -ref) if kind == _HINGE else rotation,
                     "child_position": anchor,
                     "actuated": j in actuated,
-                    **_passive(model, j),
+                    **_passive(model, j, frictionloss),
                 }
             )
             rotation, origin = np.eye(3), np.zeros(3)
     return specs, massless
 
 
-def _passive(model, j):
-    """Joint ``j``'s armature and damping, and a hinge's or slide's stiffness and springref
-    (``qpos_spring``). MuJoCo gives a ball's or free joint's every velocity the same."""
+def _passive(model, j, frictionloss):
+    """Joint ``j``'s armature and damping, and a hinge's or slide's stiffness, springref
+    (``qpos_spring``) and, when ``frictionloss="smooth"`` and MuJoCo applies it, frictionloss.
+    MuJoCo gives a ball's or free joint's every velocity the same."""
     dof = model.jnt_dofadr[j]
     elements = {
         "armature": float(model.dof_armature[dof]),
@@ -531,10 +629,12 @@ def _passive(model, j):
     }
     if model.jnt_type[j] in (_BALL, _FREE):
         return elements
+    friction = frictionloss == "smooth" and not model.opt.disableflags & _DSBL_FRICTIONLOSS
     return {
         **elements,
         "stiffness": float(model.jnt_stiffness[j]),
         "springref": float(model.qpos_spring[model.jnt_qposadr[j]]),
+        "frictionloss": float(model.dof_frictionloss[dof]) if friction else 0.0,
     }
 
 
