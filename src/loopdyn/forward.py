@@ -527,7 +527,8 @@ def forward_dynamics(
     compensation are included; ``f_ext``: extra body wrenches ``(n, d)`` in body coordinates
     about each body frame origin (the `tree` convention); ``ctrl``: the control actuators'
     inputs, one per ``mech.ctrl_names`` (MuJoCo's ``ctrl``), whose forces
-    (`actuators.actuator_forces`) add to ``tau``; None: none act. ``method``: ``"sslm"``
+    (`actuators.actuator_forces`) add to ``tau``; None: none act (unlike zeros, at which a
+    servo's bias still pulls). ``method``: ``"sslm"``
     (default), ``"slm"``, ``"system"`` or ``"embedding"`` (module docstring); ``independent``
     chooses the independent coordinates of ``"embedding"`` (default `independent_coordinates`).
 
