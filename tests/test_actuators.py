@@ -136,6 +136,47 @@ def test_tree_accelerations_match_mujoco(tree_model):
     )
 
 
+# A floating base with a ball hip (nq = 12, nv = 10): actuators on the knee, gravcomp on both
+# moving bodies, q and v laid out as MuJoCo's qpos and qvel.
+FLOATING = """<mujoco><option><flag contact="disable"/></option><worldbody>
+  <body name="base" pos="0 0 1" gravcomp="0.5"><freejoint name="float"/>
+    <geom type="box" size="0.1 0.08 0.05" mass="3"/>
+    <body name="arm" pos="0.1 0 0" gravcomp="1"><joint name="hip" type="ball" damping="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 -0.1" size="0.03" mass="1"/>
+      <body name="shin" pos="0.3 0 -0.1"><joint name="knee" axis="0 1 0" ref="0.2"/>
+        <geom type="capsule" fromto="0 0 0 0 0.2 -0.2" size="0.02" mass="0.5"/></body></body></body>
+</worldbody><actuator>
+  <position name="servo" joint="knee" kp="20" kv="1" ctrlrange="-0.5 0.5"/>
+  <general name="lift" joint="knee" gaintype="affine" gainprm="2 0.5 -0.3" biastype="affine"
+      biasprm="0.1 -3 -0.2" forcerange="-2 2"/></actuator></mujoco>"""
+
+
+def test_floating_base_with_a_ball_joint_matches_mujoco():
+    """Actuator length from the knee's entry of ``q`` when ``nq != nv``; gravcomp on a free and
+    a ball-jointed body; ``qacc`` against ``mj_forward`` (measured: forces exact, gravcomp
+    2e-15, qacc 3e-14 of its largest entry)."""
+    mech, model = load_mjcf(FLOATING), mujoco.MjModel.from_xml_string(FLOATING)
+    assert (mech.nq, mech.nv, mech.ctrl_coordinates) == (12, 10, (9, 9))
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        data = mujoco.MjData(model)
+        data.qpos[:] = model.qpos0 + 0.5 * rng.normal(size=model.nq)
+        for quaternion in (slice(3, 7), slice(7, 11)):
+            data.qpos[quaternion] /= np.linalg.norm(data.qpos[quaternion])
+        data.qvel[:], data.ctrl[:] = rng.normal(size=model.nv), rng.normal(size=model.nu)
+        mujoco.mj_forward(model, data)
+        q, v, ctrl = jnp.asarray(data.qpos), jnp.asarray(data.qvel), jnp.asarray(data.ctrl)
+        force = actuators.actuator_force(mech, q, v, ctrl)
+        np.testing.assert_allclose(force, data.actuator_force, rtol=0, atol=1e-14)
+        generalized = actuators.actuator_forces(mech, q, v, ctrl)
+        np.testing.assert_allclose(generalized, data.qfrc_actuator, rtol=0, atol=1e-14)
+        held = forces.gravcomp_forces(mech, q)
+        np.testing.assert_allclose(held, data.qfrc_gravcomp, rtol=0, atol=2e-14)
+        qdd, _ = forward.forward_dynamics(mech, q, v, jnp.zeros(mech.nv), ctrl=ctrl)
+        scale = np.abs(data.qacc).max()
+        np.testing.assert_allclose(qdd, data.qacc, rtol=0, atol=3e-13 * scale)
+
+
 def _full_mass(model, data, dofs):
     full = np.zeros((model.nv, model.nv))
     mujoco.mj_fullM(model, data, full)
