@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from loopdyn import actuators, forces, forward, kinematics
+from loopdyn import actuators, energy, forces, forward, kinematics
 from loopdyn.inverse import augmented, inverse_dynamics
 from loopdyn.io.mjcf import load_mjcf
 from loopdyn.mechanism import MechanismBuilder
@@ -224,6 +224,21 @@ def test_inverse_dynamics_and_the_augmented_solve_take_gravcomp_and_friction():
     np.testing.assert_allclose(full.actuator_forces, [0.6], rtol=0, atol=1e-11)
 
 
+def test_power_balance_with_gravcomp_friction_and_a_servo():
+    """dE/dt = (tau + actuator forces + friction) . qd on the closed four-bar: gravcomp's share
+    is out of the potential, the loop forces do no work."""
+    mech = load_mjcf(FOURBAR, frictionloss="smooth")
+    q = kinematics.assemble(mech, mech.q0 + jnp.array([0.3, 0.0, 0.0]))
+    qd = kinematics.project_velocity(mech, q, jnp.array([0.5, -0.2, 0.1]))
+    tau, ctrl = jnp.array([0.0, 0.0, 0.6]), jnp.array([0.4, -0.3])
+    qdd, _ = forward.forward_dynamics(mech, q, qd, tau, ctrl=ctrl)
+    rate = jax.jvp(lambda q, qd: energy.total_energy(mech, q, qd), (q, qd), (qd, qdd))[1]
+    friction = forces.joint_forces(mech, q, qd)  # no dampers or springs here
+    power = jnp.dot(tau + actuators.actuator_forces(mech, q, qd, ctrl) + friction, qd)
+    np.testing.assert_allclose(rate, power, rtol=1e-12, atol=1e-13)
+    assert abs(float(jnp.dot(friction, qd))) > 0.01
+
+
 def test_smooth_friction_law_and_its_limits():
     b = MechanismBuilder(planar=True).add_body("link", 1.0, com=(0.2, 0, 0), inertia=0.01)
     b.add_joint("j", "revolute", "ground", "link", frictionloss=0.3, friction_velocity=0.02)
@@ -262,16 +277,22 @@ def test_frictionloss_loads_only_when_asked():
             '<actuator><general name="custom" joint="hinge" biastype="user"/></actuator>',
             "actuator 'custom' has a gain or bias other than fixed/affine",
         ),
-        ("", "joint 'hinge' has actuatorfrcrange"),
     ],
 )
 def test_refusals(extra, message):
-    body = '<joint name="hinge" axis="0 1 0"{}/><geom size="0.1" pos="0.2 0 0"/>'.format(
-        ' actuatorfrcrange="-1 1"' if not extra else ""
-    )
+    body = '<joint name="hinge" axis="0 1 0"/><geom size="0.1" pos="0.2 0 0"/>'
     xml = f'<mujoco><worldbody><body name="arm">{body}</body></worldbody>{extra}</mujoco>'
     mujoco.MjModel.from_xml_string(xml)  # MuJoCo itself accepts the model
     with pytest.raises(ValueError, match=message):
+        load_mjcf(xml)
+
+
+def test_an_actuator_force_range_of_a_driven_joint_warns():
+    xml = """<mujoco><worldbody><body name="arm"><joint name="hinge" axis="0 1 0"
+      actuatorfrcrange="-1 1"/><geom size="0.1" pos="0.2 0 0"/></body><body name="leg">
+      <joint name="free" axis="0 1 0" actuatorfrcrange="-1 1"/><geom size="0.1"/></body>
+      </worldbody><actuator><motor joint="hinge"/></actuator></mujoco>"""
+    with pytest.warns(UserWarning, match=r"joints \['hinge'\] clamp their actuators' total force"):
         load_mjcf(xml)
 
 

@@ -1,5 +1,6 @@
-"""Mechanical energy: kinetic ``T = 1/2 qd^T I qd`` (the joints' armature included), gravity and
-spring potentials (point-to-point springs and the joints' own stiffness).
+"""Mechanical energy: kinetic ``T = 1/2 qd^T I qd`` (the joints' armature included), gravity (less
+what gravity compensation holds up) and spring potentials (point-to-point springs and the joints'
+own stiffness).
 
 Conservation of their sum is the standard check of a conservative simulation.
 """
@@ -22,12 +23,14 @@ def kinetic_energy(
 
 
 def potential_energy(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, ""]:
-    """Gravity potential ``-sum_i m_i g . r_i`` (``r_i`` the world centre of mass) plus the
-    elastic energy ``1/2 k (L - L0)^2`` of every spring and ``1/2 k_i (q_i - springref_i)^2``
-    of every joint's stiffness."""
+    """Gravity potential ``-sum_i (1 - gravcomp_i) m_i g . r_i`` (``r_i`` the world centre of
+    mass; gravity compensation holds up its share, `forces.gravcomp_forces`) plus the elastic
+    energy ``1/2 k (L - L0)^2`` of every spring and ``1/2 k_i (q_i - springref_i)^2`` of every
+    joint's stiffness."""
     position, rotation = tree.forward_kinematics(mech, q)
     com = position + jnp.einsum("nij,nj->ni", rotation, mech.com)
-    gravity = -jnp.sum(mech.mass * (com @ mech.gravity))
+    held = mech.gravcomp if mech.gravcomp_bodies else 0.0
+    gravity = -jnp.sum((1.0 - held) * mech.mass * (com @ mech.gravity))
     stretch = forces.spring_lengths(mech, q) - mech.spring_rest_length
     angles = configuration.scalar_coordinates(mech, q)
     joints = 0.5 * jnp.sum(mech.stiffness * (angles - mech.springref) ** 2)

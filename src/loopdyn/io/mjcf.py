@@ -48,7 +48,9 @@ The mapping, MuJoCo -> loopdyn:
 - A body's ``gravcomp`` becomes its ``Mechanism.gravcomp`` (the bodies welded into one loopdyn
   body must share it). A joint's ``actuatorgravcomp`` changes only where MuJoCo books the force
   (``qfrc_actuator``, not ``qfrc_passive``), not the motion, unless the joint clamps its
-  actuator force (``actuatorfrcrange``, unsupported); loopdyn counts it as passive.
+  actuator force (``actuatorfrcrange``); loopdyn counts it as passive.
+- A joint's ``actuatorfrcrange`` (a clamp of the sum of its actuators' forces) is not applied:
+  a joint that has one and is driven by a loaded actuator gets a warning naming it.
 - Gravity: ``opt.gravity``, or zero when the gravity flag is disabled.
 - Planar: at ``qpos0`` every hinge axis is along one world direction n, every slide axis is
   perpendicular to it, no joint is a ball, every joint frame turns about n only, and gravity is
@@ -242,6 +244,7 @@ def _load(source, planar, unsupported, frictionloss):
     }
     mech = dataclasses.replace(builder.build(q0=q0), axis_names=_axis_names(turn))
     _warn_open_connects(model)
+    _warn_actuator_force_ranges(model, dropped)
     return mech, turn
 
 
@@ -429,7 +432,6 @@ def _joint_problems(model, j, frictionloss):
                 friction,
                 dofs,
             ),
-            ("actuatorfrcrange (a clamp of its total actuator force)", ("jnt_actfrclimited",), j),
         )
         if any(np.any(getattr(model, f)[index]) for f in fields if hasattr(model, f))
     ]
@@ -819,6 +821,18 @@ def _warn_open_connects(model):
                 "assemble q0 (kinematics.assemble)",
                 stacklevel=4,  # load_mjcf's caller
             )
+
+
+def _warn_actuator_force_ranges(model, dropped):
+    """Warn of the joints whose ``actuatorfrcrange`` MuJoCo would apply to loaded actuators."""
+    driven = {model.actuator_trnid[a, 0] for a in range(model.nu) if ("actuator", a) not in dropped}
+    clamped = [_name(model, "joint", j) for j in sorted(driven) if model.jnt_actfrclimited[j]]
+    if clamped:
+        warnings.warn(
+            f"joints {clamped} clamp their actuators' total force (actuatorfrcrange): loopdyn "
+            "does not, so where the actuators' forces sum beyond it they differ from MuJoCo's",
+            stacklevel=4,  # load_mjcf's caller
+        )
 
 
 def _planar_misfit(specs, gravity):
