@@ -829,8 +829,9 @@ def _warn_actuator_force_ranges(model, dropped):
     clamped = [_name(model, "joint", j) for j in sorted(driven) if model.jnt_actfrclimited[j]]
     if clamped:
         warnings.warn(
-            f"joints {clamped} clamp their actuators' total force (actuatorfrcrange): loopdyn "
-            "does not, so where the actuators' forces sum beyond it they differ from MuJoCo's",
+            f"joints {clamped} clamp their actuators' total force (actuatorfrcrange, or a URDF "
+            "joint's effort limit): loopdyn does not, so where the actuators' forces sum beyond "
+            "it they differ from MuJoCo's",
             stacklevel=4,  # load_mjcf's caller
         )
 
