@@ -528,9 +528,9 @@ def forward_dynamics(
     about each body frame origin (the `tree` convention); ``ctrl``: the control actuators'
     inputs, one per ``mech.ctrl_names`` (MuJoCo's ``ctrl``), whose forces
     (`actuators.actuator_forces`) add to ``tau``; None: none act (unlike zeros, at which a
-    servo's bias still pulls). ``method``: ``"sslm"``
-    (default), ``"slm"``, ``"system"`` or ``"embedding"`` (module docstring); ``independent``
-    chooses the independent coordinates of ``"embedding"`` (default `independent_coordinates`).
+    servo's bias still pulls). ``method``: ``"sslm"`` (default), ``"slm"``, ``"system"`` or
+    ``"embedding"`` (module docstring); ``independent`` chooses the independent coordinates of
+    ``"embedding"`` (default `independent_coordinates`).
 
     Singular or redundant constraints (a dead centre, dependent loop rows) raise ``ValueError``
     naming the loop when called eagerly, and an ``EquinoxRuntimeError`` under ``jit``; use
