@@ -1,13 +1,13 @@
 """Control actuators: generalized forces from the control input ``ctrl``, as MuJoCo's actuators
-with a joint transmission on a hinge or slide and no activation dynamics.
+with a joint transmission on a hinge or slide, or a fixed tendon's, and no activation dynamics.
 
-Actuator ``k`` on coordinate ``i = ctrl_coordinates[k]`` (a hinge's or slide's, an index into the
-velocities) with gear ``g`` has length ``l = g q_i`` (its entry of ``q``, MuJoCo's ``qpos``) and
-velocity ``v = g qd_i``. With ``ctrl_k`` clamped to ``ctrl_range`` (where ``ctrl_limited``)
-its force is ``f = (gain_0 + gain_1 l + gain_2 v) ctrl_k + bias_0 + bias_1 l + bias_2 v``
+Actuator ``k`` with transmission row ``a = ctrl_arm[k]`` (a unit vector on a hinge's or slide's
+coordinate, or a fixed tendon's coefficients) and gear ``g`` has length ``l = g a . q`` (the
+coordinates' entries of ``q``, MuJoCo's ``qpos``) and velocity ``v = g a . qd``. With
+``ctrl_k`` clamped to ``ctrl_range`` (where ``ctrl_limited``) its force is ``f = (gain_0 + gain_1 l + gain_2 v) ctrl_k + bias_0 + bias_1 l + bias_2 v``
 (MuJoCo's ``gaintype``/``biastype`` affine; fixed and none are the cases with zeros), clamped to
 ``ctrl_force_range`` (where ``ctrl_force_limited``): MuJoCo's ``actuator_force``. It adds
-``g f`` to the generalized force of coordinate ``i`` (MuJoCo's ``qfrc_actuator``).
+``g f a`` to the generalized forces (MuJoCo's ``qfrc_actuator``).
 """
 
 import jax.numpy as jnp
@@ -32,12 +32,9 @@ def actuator_force(
     ctrl: Float[Array, "... u"],
 ) -> Float[Array, "... u"]:
     """Each actuator's scalar force ``f`` (module docstring; MuJoCo's ``actuator_force``)."""
-    coordinates = np.array(mech.ctrl_coordinates, dtype=int)
     gear = mech.ctrl_gear
-    angles = configuration.scalar_coordinates(mech, q)[..., coordinates]
-    terms = jnp.stack(  # (1, l, v) per actuator
-        [jnp.ones_like(ctrl), gear * angles, gear * qd[..., coordinates]], axis=-1
-    )
+    length = gear * (configuration.scalar_coordinates(mech, q) @ mech.ctrl_arm.T)
+    terms = jnp.stack([jnp.ones_like(ctrl), length, gear * (qd @ mech.ctrl_arm.T)], axis=-1)
     ctrl = _clamp(ctrl, mech.ctrl_range, mech.ctrl_limited)
     force = jnp.sum(mech.ctrl_gain * terms, -1) * ctrl + jnp.sum(mech.ctrl_bias * terms, -1)
     return _clamp(force, mech.ctrl_force_range, mech.ctrl_force_limited)
@@ -49,8 +46,6 @@ def actuator_forces(
     qd: Float[Array, "... nv"],
     ctrl: Float[Array, "... u"],
 ) -> Float[Array, "... nv"]:
-    """The actuators' generalized forces ``g f`` summed on their coordinates (MuJoCo's
+    """The actuators' generalized forces ``gear f arm`` summed on the coordinates (MuJoCo's
     ``qfrc_actuator``); zero for a mechanism without control actuators."""
-    force = mech.ctrl_gear * actuator_force(mech, q, qd, ctrl)
-    coordinates = np.array(mech.ctrl_coordinates, dtype=int)
-    return jnp.zeros_like(qd).at[..., coordinates].add(force)
+    return (mech.ctrl_gear * actuator_force(mech, q, qd, ctrl)) @ mech.ctrl_arm

@@ -121,9 +121,10 @@ class Mechanism(eqx.Module):
     ``-gravcomp mass gravity`` at its centre of mass, `forces.gravcomp_forces`); it acts only
     when some body had it at build time (``gravcomp_bodies``, static).
     Control actuators (``ctrl_*``, MuJoCo's ``<actuator>`` with a joint transmission): actuator
-    ``k`` drives coordinate ``ctrl_coordinates[k]`` with gear ``ctrl_gear[k]``; its input is
+    ``k`` acts through the row ``ctrl_arm[k]`` of coefficients on the coordinates (a unit
+    vector for a joint, a fixed tendon's coefficients) with gear ``ctrl_gear[k]``; its input is
     ``ctrl[k]``, its force ``gain . (1, l, v) ctrl + bias . (1, l, v)`` with length
-    ``l = gear q`` and velocity ``v = gear qd``, ``ctrl`` clamped to ``ctrl_range`` where
+    ``l = gear arm . q`` and velocity ``v = gear arm . qd``, ``ctrl`` clamped to ``ctrl_range`` where
     ``ctrl_limited`` and the force to ``ctrl_force_range`` where ``ctrl_force_limited``
     (`loopdyn.actuators`). They are apart from ``actuator_names``, the coordinates whose input
     is the generalized force ``tau`` itself.
@@ -173,6 +174,7 @@ class Mechanism(eqx.Module):
     ctrl_bias: Float[Array, "u 3"]
     ctrl_range: Float[Array, "u 2"]
     ctrl_force_range: Float[Array, "u 2"]
+    ctrl_arm: Float[Array, "u n"]
 
     planar: bool = eqx.field(static=True)
     body_names: tuple[str, ...] = eqx.field(static=True)
@@ -187,7 +189,6 @@ class Mechanism(eqx.Module):
     spring_bodies: tuple[tuple[int, int], ...] = eqx.field(static=True)
     gravcomp_bodies: tuple[int, ...] = eqx.field(static=True)
     ctrl_names: tuple[str, ...] = eqx.field(static=True)
-    ctrl_coordinates: tuple[int, ...] = eqx.field(static=True)
     ctrl_limited: tuple[bool, ...] = eqx.field(static=True)
     ctrl_force_limited: tuple[bool, ...] = eqx.field(static=True)
     axis_names: tuple[str, str, str] = eqx.field(static=True, default=("x", "y", "z"))
@@ -296,7 +297,7 @@ class _Joint:
 @dataclasses.dataclass
 class _Actuator:
     name: str
-    coordinate: str
+    transmission: dict[str, float]  # coordinate name -> coefficient (one joint, or a tendon)
     gear: float
     gain: np.ndarray
     bias: np.ndarray
@@ -612,27 +613,33 @@ class MechanismBuilder:
         self._couplings.append((name, *terms, np.pad(poly, (0, 5 - poly.size))))
         return self
 
+    @staticmethod
+    def _coefficients(joints, terms, owner):
+        """A row ``(n,)`` of coefficients from ``{coordinate name: coefficient}`` of hinge or
+        slide tree joints (a fixed tendon's, a coupling's side); ``owner`` names the element in
+        errors."""
+        coordinate = {j.coordinate: k for k, j in enumerate(joints)}
+        row = np.zeros(len(joints))
+        for c, coef in terms.items():
+            k = coordinate.get(c)
+            turned = k is not None and any(j.quaternion for j in joints[max(k - 2, 0) : k + 1])
+            if k is None or joints[k].kind not in TREE_KINDS or turned:
+                raise ValueError(
+                    f"{owner}: {c!r} is not the coordinate of a hinge or slide tree joint; "
+                    f"coordinates are {list(coordinate)}"
+                )
+            row[k] = coef
+        return row
+
     def _coupling_arrays(self, joints, q0):
         """``(first, second)`` ``(c, n)`` coefficient rows, the coordinates of each coupling and
         its reference values ``(u0, w0)`` at ``q0`` (``(c, 2)``)."""
-        coordinate = {j.coordinate: k for k, j in enumerate(joints)}
         scalar, _ = configuration_layout(
             len(joints), tuple(k for k, j in enumerate(joints) if j.quaternion)
         )
         rows, used, reference = [], [], []
         for name, first, second, _ in self._couplings:
-            pair = []
-            for terms in (first, second):
-                row = np.zeros(len(joints))
-                for c, coef in terms.items():
-                    k = coordinate.get(c)
-                    if k is None or joints[k].kind not in TREE_KINDS or scalar[k] >= len(q0):
-                        raise ValueError(
-                            f"coupling {name!r}: {c!r} is not the coordinate of a hinge or "
-                            f"slide tree joint; coordinates are {list(coordinate)}"
-                        )
-                    row[k] = coef
-                pair.append(row)
+            pair = [self._coefficients(joints, t, f"coupling {name!r}") for t in (first, second)]
             rows.append(pair)
             used.append(tuple(int(k) for k in np.flatnonzero((pair[0] != 0) | (pair[1] != 0))))
             if not used[-1]:
@@ -645,17 +652,19 @@ class MechanismBuilder:
     def add_actuator(
         self,
         name: str,
-        joint: str,
+        joint,
         gear: float = 1.0,
         gain=(1.0, 0.0, 0.0),
         bias=(0.0, 0.0, 0.0),
         ctrlrange=None,
         forcerange=None,
     ) -> MechanismBuilder:
-        """A control actuator on the coordinate of revolute or prismatic tree joint ``joint``, as
-        MuJoCo's actuators with a joint transmission (`loopdyn.actuators`): its input is one entry
-        of ``ctrl``, its force ``gain . (1, l, v) ctrl + bias . (1, l, v)`` with ``l = gear q``
-        and ``v = gear qd``, ``gear`` times it acting on the coordinate. MuJoCo's ``gaintype``
+        """A control actuator on the coordinate of revolute or prismatic tree joint ``joint``, or
+        on a fixed tendon given as ``{coordinate: coefficient}`` (its length ``sum coef q``), as
+        MuJoCo's actuators with a joint or tendon transmission (`loopdyn.actuators`): its input
+        is one entry of ``ctrl``, its force ``gain . (1, l, v) ctrl + bias . (1, l, v)`` with
+        ``l = gear q`` (the tendon's length for a tendon) and ``v = gear qd``, ``gear`` times it
+        acting on the coordinate (times each coefficient for a tendon). MuJoCo's ``gaintype``
         fixed is ``gain = (gainprm[0], 0, 0)`` and ``biastype`` none is ``bias = 0``; a
         ``<motor>`` is the default, a ``<position kp kv>`` is ``gain = (kp, 0, 0)``,
         ``bias = (0, -kp, -kv)``, a ``<velocity kv>`` is ``gain = (kv, 0, 0)``,
@@ -663,12 +672,20 @@ class MechanismBuilder:
         input and of the force, or None for none."""
         if any(a.name == name for a in self._actuators):
             raise ValueError(f"actuator name {name!r} is already used")
-        joints = [j for j in self._joints if j.coordinate == joint]
-        if not joints or joints[0].cut or joints[0].kind not in TREE_KINDS:
-            raise ValueError(
-                f"actuator {name!r}: joint {joint!r} is not a revolute or prismatic tree joint; "
-                f"add it first (coordinates: {[j.coordinate for j in self._joints if not j.cut]})"
-            )
+        transmission = {joint: 1.0} if isinstance(joint, str) else dict(joint)
+        for coordinate, coef in transmission.items():
+            joints = [j for j in self._joints if j.coordinate == coordinate]
+            if not joints or joints[0].cut or joints[0].kind not in TREE_KINDS:
+                raise ValueError(
+                    f"actuator {name!r}: joint {coordinate!r} is not a revolute or prismatic tree "
+                    "joint; add it first (coordinates: "
+                    f"{[j.coordinate for j in self._joints if not j.cut]})"
+                )
+            if not isinstance(coef, numbers.Real) or not np.isfinite(coef):
+                raise ValueError(
+                    f"actuator {name!r}: coefficient of {coordinate!r} must be a finite number, "
+                    f"got {coef!r}"
+                )
         if not isinstance(gear, numbers.Real) or not np.isfinite(gear) or gear == 0:
             raise ValueError(
                 f"actuator {name!r}: gear must be a finite non-zero number, got {gear!r}"
@@ -684,7 +701,7 @@ class MechanismBuilder:
         self._actuators.append(
             _Actuator(
                 name,
-                joint,
+                transmission,
                 float(gear),
                 _vector(gain, 3, f"actuator {name!r}: gain"),
                 _vector(bias, 3, f"actuator {name!r}: bias"),
@@ -693,10 +710,12 @@ class MechanismBuilder:
         )
         return self
 
-    def _ctrl_fields(self, coordinates, stack):
+    def _ctrl_fields(self, joints, stack):
         """The `Mechanism` fields of the control actuators (``ctrl_*``)."""
         acts = self._actuators
+        arm = [self._coefficients(joints, a.transmission, f"actuator {a.name!r}") for a in acts]
         return {
+            "ctrl_arm": stack(arm, (len(joints),)),
             "ctrl_gear": stack([a.gear for a in acts], ()),
             "ctrl_gain": stack([a.gain for a in acts], (3,)),
             "ctrl_bias": stack([a.bias for a in acts], (3,)),
@@ -707,7 +726,6 @@ class MechanismBuilder:
                 [np.zeros(2) if a.forcerange is None else a.forcerange for a in acts], (2,)
             ),
             "ctrl_names": tuple(a.name for a in acts),
-            "ctrl_coordinates": tuple(coordinates.index(a.coordinate) for a in acts),
             "ctrl_limited": tuple(a.ctrlrange is not None for a in acts),
             "ctrl_force_limited": tuple(a.forcerange is not None for a in acts),
         }
@@ -895,7 +913,7 @@ class MechanismBuilder:
             friction_velocity=stack([j.friction_velocity for j in joints], ()),
             gravcomp=stack([b.gravcomp for b in bodies], ()),
             gravcomp_bodies=tuple(k for k, b in enumerate(bodies) if b.gravcomp),
-            **self._ctrl_fields(coordinates, stack),
+            **self._ctrl_fields(joints, stack),
             coupling_first=jnp.asarray(first),
             coupling_second=jnp.asarray(second),
             coupling_poly=stack([c[3] for c in self._couplings], (5,)),

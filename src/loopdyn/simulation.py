@@ -157,13 +157,20 @@ def _torque(tau, t1):
     return interpolated
 
 
-def _accelerations(mech, q, qd, tau, options):
-    """The solution of the (stabilised) constrained equations at one state."""
+def _accelerations(mech, q, qd, inputs, options):
+    """The solution of the (stabilised) constrained equations at one state under
+    ``inputs = (tau, ctrl)`` (``ctrl`` None: no control actuator acts)."""
     baumgarte = options.gains if options.stabilization == "baumgarte" else None
     return forward.solve(
-        mech, q, qd, tau, method=options.method, baumgarte=baumgarte,
-        independent=options.independent,
+        mech, q, qd, inputs[0], method=options.method, baumgarte=baumgarte,
+        independent=options.independent, ctrl=inputs[1],
     )  # fmt: skip
+
+
+def _inputs(inputs, t1):
+    """``(tau, ctrl)`` as one function of ``(t, q, qd)`` (`_torque` each; ctrl may be None)."""
+    tau, ctrl = (None if x is None else _torque(x, t1) for x in inputs)
+    return lambda t, q, qd: (tau(t, q, qd), None if ctrl is None else ctrl(t, q, qd))
 
 
 class _Partitioned(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
@@ -270,10 +277,11 @@ def _runtime_checks_as_nan():
 
 
 @eqx.filter_jit
-def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
+def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     """The whole simulation as one program: assembly (if asked), the solve, and the saved-state
     measurements in one pass over the states. ``t1``, ``ts`` (``None``: ``options.saves`` evenly
-    spaced), ``tau`` samples and ``tolerances = (rtol, atol, dt0)`` are traced."""
+    spaced), ``inputs = (tau, ctrl)`` samples and ``tolerances = (rtol, atol, dt0)`` are
+    traced."""
     rtol, atol, dt0 = tolerances
     assembled = jnp.asarray(True)
     if options.assemble and mech.topology.loops:
@@ -287,8 +295,8 @@ def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
         solver = _Partitioned(solver, lambda y: _on_manifold(mech, *y, 3))
 
     def field(t, y, args):  # the parameters come in ``args``, as BacksolveAdjoint needs
-        (q, qd), (mech, tau, t1) = y, args
-        solution = _accelerations(mech, q, qd, _torque(tau, t1)(t, q, qd), options)
+        (q, qd), (mech, inputs, t1) = y, args
+        solution = _accelerations(mech, q, qd, _inputs(inputs, t1)(t, q, qd), options)
         nan = jnp.where(solution.singular, jnp.nan, 0.0)  # rejects the step: never a silent NaN
         return configuration.rate(mech, q, qd), solution.qdd + nan
 
@@ -300,7 +308,7 @@ def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
         t1,
         None,
         (q0, qd0),
-        args=(mech, tau, t1),
+        args=(mech, inputs, t1),
         saveat=diffrax.SaveAt(ts=ts),
         adjoint=options.adjoint,
         stepsize_controller=_FirstStep(controller, jax.lax.stop_gradient(dt0)),
@@ -310,12 +318,12 @@ def _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options):
     q, qd = sol.ys
     if embedded:
         q, qd = jax.vmap(lambda q, qd: _on_manifold(mech, q, qd, 4))(q, qd)
-    torque = _torque(tau, t1)
+    drive = _inputs(inputs, t1)
 
     def measured(state):
         t, q, qd = state
         phi, jac, _ = kinematics.loop_terms(mech, q, qd)
-        lam = _accelerations(mech, q, qd, torque(t, q, qd), options).lam
+        lam = _accelerations(mech, q, qd, drive(t, q, qd), options).lam
         scale = 1.0 + jnp.max(jnp.abs(jac), initial=0.0) * jnp.linalg.norm(qd)
         return lam, phi, jac @ qd, scale, energy.total_energy(mech, q, qd)
 
@@ -357,6 +365,7 @@ def simulate(
     t1: float,
     *,
     tau: Callable | Array | None = None,
+    ctrl: Callable | Array | None = None,
     method: str = "sslm",
     solver: diffrax.AbstractSolver | None = None,
     rtol: float = 1e-8,
@@ -377,7 +386,9 @@ def simulate(
     step; the saved states' ``lam``, residuals and energy come from one pass over them after it.
 
     ``tau``: joint forces, ``None`` (zero), constant ``(n,)``, samples ``(K, n)`` evenly spaced over
-    ``[0, t1]`` (linear interpolation) or a function ``tau(t, q, qd)``. ``method``: see
+    ``[0, t1]`` (linear interpolation) or a function ``tau(t, q, qd)``; ``ctrl``: the control
+    actuators' inputs (MuJoCo's ``ctrl``, `loopdyn.actuators`), given the same ways, or None:
+    none act. ``method``: see
     `forward`. ``solver``: any diffrax solver (default ``Tsit5``) with a PID step-size controller at
     ``rtol``/``atol``, first step ``dt0`` (default ``t1 * 1e-5``; the controller grows it up to
     tenfold per step). ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
@@ -387,9 +398,10 @@ def simulate(
     `forward.independent_coordinates` at ``q0``).
 
     Compiled once per mechanism topology, method, stabilization, gains, solver, adjoint,
-    ``max_steps``, number of saves and kind of ``tau`` (a function, or the number of samples:
-    ``None`` and a constant are one); new ``q0``, ``qd0``, ``t1``, ``saveat`` times, ``rtol``,
-    ``atol``, ``dt0``, ``tau`` samples and mechanism parameters reuse the program. It holds no
+    ``max_steps``, number of saves and kind of ``tau`` and ``ctrl`` (a function, or the number
+    of samples: ``None`` and a constant are one); new ``q0``, ``qd0``, ``t1``, ``saveat`` times,
+    ``rtol``, ``atol``, ``dt0``, ``tau`` and ``ctrl`` samples and mechanism parameters reuse the
+    program. It holds no
     host callback, so JAX's persistent compilation cache can keep it across processes: before the
     first call, ``jax.config.update("jax_compilation_cache_dir", path)`` and
     ``jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)`` (JAX skips programs
@@ -433,7 +445,10 @@ def simulate(
         ts = jnp.asarray(ts, dtype)
         if _concrete((ts, t1)) and not _increasing_within(np.asarray(ts), float(t1)):
             raise ValueError(f"simulate: saveat must be increasing times within [0, t1 = {t1:g}]")
-    tau = _checked_torque(mech, tau, q0, qd0)
+    inputs = (
+        _checked_input("tau", tau, mech.coordinate_names, q0, qd0),
+        None if ctrl is None else _checked_input("ctrl", ctrl, mech.ctrl_names, q0, qd0),
+    )
     options = _Options(
         method,
         stabilization,
@@ -449,7 +464,7 @@ def simulate(
     dt0 = 1e-5 * t1 if dt0 is None else dt0
     tolerances = tuple(jnp.asarray(x, dtype) for x in (rtol, atol, dt0))
     with _runtime_checks_as_nan():
-        result, start = _integrate(mech, q0, qd0, t1, ts, tau, tolerances, options)
+        result, start = _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options)
     if not _concrete(start):
         if assemble:  # raises at run time, as kinematics.assemble does under jit
             message = "simulate: assemble=True did not close the loops"
@@ -473,27 +488,28 @@ def simulate(
     return result
 
 
-def _checked_torque(mech, tau, q0, qd0):
-    """``tau`` as `_integrate` takes it: samples ``(K, n)`` (``None`` and a constant ``(n,)`` are
-    one sample) or the function, its shapes checked before anything compiles."""
-    n = mech.num_bodies
-    if callable(tau):
-        out = jax.eval_shape(tau, jnp.zeros((), q0.dtype), q0, qd0)
+def _checked_input(name, value, names, q0, qd0):
+    """``tau`` or ``ctrl`` (one entry per ``names``) as `_integrate` takes it: samples
+    ``(K, n)`` (``None``: zeros, and a constant ``(n,)`` are one sample) or the function, its
+    shapes checked before anything compiles."""
+    n, what = len(names), "coordinate" if name == "tau" else "control actuator"
+    if callable(value):
+        out = jax.eval_shape(value, jnp.zeros((), q0.dtype), q0, qd0)
         if getattr(out, "shape", None) != (n,):
             raise ValueError(
-                f"simulate: tau(t, q, qd) must return shape ({n},) (one entry per coordinate "
-                f"{list(mech.coordinate_names)}), got {getattr(out, 'shape', type(out).__name__)}"
+                f"simulate: {name}(t, q, qd) must return shape ({n},) (one entry per {what} "
+                f"{list(names)}), got {getattr(out, 'shape', type(out).__name__)}"
             )
-        return tau
-    tau = jnp.zeros(n, q0.dtype) if tau is None else jnp.asarray(tau, q0.dtype)
-    if tau.ndim not in (1, 2) or tau.shape[-1] != n or tau.size == 0:
+        return value
+    value = jnp.zeros(n, q0.dtype) if value is None else jnp.asarray(value, q0.dtype)
+    if value.ndim not in (1, 2) or value.shape[-1] != n or value.size == 0:
         raise ValueError(
-            f"simulate: tau must have shape ({n},) or (K, {n}) (one entry per coordinate "
-            f"{list(mech.coordinate_names)}), got {tau.shape}"
+            f"simulate: {name} must have shape ({n},) or (K, {n}) (one entry per {what} "
+            f"{list(names)}), got {value.shape}"
         )
-    if _concrete(tau):
-        check_finite("simulate", tau=tau)
-    return tau.reshape(-1, n)  # a constant is one sample
+    if _concrete(value):
+        check_finite("simulate", **{name: value})
+    return value.reshape(-1, n)  # a constant is one sample
 
 
 def _concrete(tree) -> bool:

@@ -37,7 +37,8 @@ The mapping, MuJoCo -> loopdyn:
   coordinates (`MechanismBuilder.add_coupling`): ``y - y0 = polycoef(x - x0)`` with ``y0``, ``x0``
   at ``qpos0``, exact like the cut joints. A fixed tendon by itself adds nothing (its stiffness,
   damping or friction are refused); spatial tendons are refused.
-- Actuators with a joint transmission on a hinge or slide and no activation dynamics
+- Actuators with a joint transmission on a hinge or slide, or a fixed tendon's, and no
+  activation dynamics
   (``<motor>``, ``<position>``, ``<velocity>``, ``<general>`` with gaintype fixed or affine and
   biastype none or affine) become control actuators, in MuJoCo's order (``mech.ctrl_names``):
   gear, gain and bias (zeros past ``gainprm[0]`` for a fixed gain, all zeros for no bias),
@@ -68,8 +69,10 @@ The mapping, MuJoCo -> loopdyn:
   for the usual drawing), and results, summaries and figures label in-plane pairs by them.
   Spatial models and planar ones in the xy-plane are not turned (``R`` is the identity). A
   closed-loop mechanism that moves in parallel planes but fails this test (gravity out of its
-  plane, or a body frame tilted out of it) is refused unless ``planar=False``: as a spatial model
-  its connect/weld constraints would have rows that vanish identically.
+  plane, or a body frame tilted out of it, e.g. a finger mirrored by a half turn about an in-plane
+  axis) loads as a spatial model, its connects' rows along the plane's normal dropped
+  (`loopdyn.redundancy`); with a weld among its loops it is refused unless ``planar=False``, as
+  the weld's angle rows about the plane's axes would vanish identically.
 - A hinge's or slide's ``armature``, ``damping`` and ``stiffness`` (about ``springref``), and a
   ball's or free joint's ``armature`` and ``damping``, become the coordinates' passive elements
   (`loopdyn.mechanism.Mechanism`), as MuJoCo applies them. A hinge's or slide's
@@ -124,7 +127,7 @@ _DSBL_CONSTRAINT, _DSBL_EQUALITY, _DSBL_FRICTIONLOSS, _DSBL_GRAVITY = 1, 2, 4, 1
 _DSBL_CLAMPCTRL = 256
 # mjtTrn, mjtGain, mjtBias: the joint transmissions, and the fixed/affine gains and none/affine
 # biases that loopdyn.actuators models.
-_TRN_JOINT, _TRN_JOINTINPARENT = 0, 1
+_TRN_JOINT, _TRN_JOINTINPARENT, _TRN_TENDON = 0, 1, 3
 _AFFINE = 1
 _GAINS, _BIASES = (0, _AFFINE), (0, _AFFINE)
 
@@ -208,10 +211,11 @@ def _load(source, planar, unsupported, frictionloss):
         misfit = f"gravity {gravity.tolist()} is not in the plane of motion"
     if planar and misfit:
         raise ValueError(f"the MJCF model is not planar: {misfit}")
-    if planar is None and misfit and cuts and normal is not None:
+    welded = any(spec["kind"] != "connect" for spec in cuts)  # a connect's extra row is dropped
+    if planar is None and misfit and welded and normal is not None:
         raise ValueError(
             f"the mechanism moves in planes normal to {normal.round(12).tolist()}, but "
-            f"{misfit}: built as a spatial model its loop constraints would be redundant. Keep "
+            f"{misfit}: built as a spatial model its weld constraints would be redundant. Keep "
             "gravity in the plane (or none) and body frames turned about its normal only, or "
             "pass planar=False to build it spatially anyway"
         )
@@ -407,6 +411,12 @@ def _tendons(model):
     return out
 
 
+def _tendon_terms(model, t):
+    """Fixed tendon ``t`` as ``{joint name: coefficient}``: its length is their sum of products."""
+    wraps = range(model.tendon_adr[t], model.tendon_adr[t] + model.tendon_num[t])
+    return {_name(model, "joint", model.wrap_objid[w]): float(model.wrap_prm[w]) for w in wraps}
+
+
 def _objects(model, e):
     """The one or two elements equality ``e`` constrains (an absent second one is -1)."""
     return [k for k in (model.eq_obj1id[e], model.eq_obj2id[e]) if k >= 0]
@@ -474,9 +484,12 @@ def _gravcomp(model, frames):
 
 def _actuator_problem(model, a):
     """Why actuator ``a`` is not one `loopdyn.actuators` models (no activation dynamics, a fixed
-    or affine gain and bias, a hinge or slide joint transmission), or None."""
-    if model.actuator_trntype[a] not in (_TRN_JOINT, _TRN_JOINTINPARENT):
-        return "does not act on a joint (only joint actuators are supported)"
+    or affine gain and bias, a hinge or slide joint or a fixed tendon transmission), or None."""
+    if model.actuator_trntype[a] == _TRN_TENDON:
+        if not _fixed(model, model.actuator_trnid[a, 0]):
+            return "acts on a spatial tendon (only joints and fixed tendons are supported)"
+    elif model.actuator_trntype[a] not in (_TRN_JOINT, _TRN_JOINTINPARENT):
+        return "does not act on a joint or a fixed tendon (only those are supported)"
     if model.actuator_dyntype[a] != 0:  # mjDYN_NONE
         return "has activation dynamics (dyntype other than none): loopdyn has no actuator state"
     if model.actuator_gaintype[a] not in _GAINS or model.actuator_biastype[a] not in _BIASES:
@@ -490,7 +503,7 @@ def _actuator_problem(model, a):
     if hasattr(model, "actuator_ctrlnum") and model.actuator_ctrlnum[a] != 1:
         return f"takes {model.actuator_ctrlnum[a]} controls (only one per actuator)"
     j = model.actuator_trnid[a, 0]
-    if model.jnt_type[j] not in (_SLIDE, _HINGE):
+    if model.actuator_trntype[a] != _TRN_TENDON and model.jnt_type[j] not in (_SLIDE, _HINGE):
         kind = _JOINT_KINDS[model.jnt_type[j]]
         return f"drives the {kind} joint {_name(model, 'joint', j)!r} (only hinges and slides)"
     return None
@@ -505,7 +518,11 @@ def _actuator(model, a):
     clamped = model.actuator_ctrllimited[a] and not model.opt.disableflags & _DSBL_CLAMPCTRL
     return {
         "name": _name(model, "actuator", a),
-        "joint": _name(model, "joint", model.actuator_trnid[a, 0]),
+        "joint": (
+            _tendon_terms(model, model.actuator_trnid[a, 0])
+            if model.actuator_trntype[a] == _TRN_TENDON
+            else _name(model, "joint", model.actuator_trnid[a, 0])
+        ),
         "gear": float(model.actuator_gear[a, 0]),
         "gain": model.actuator_gainprm[a, :3] * (1.0, affine_gain, affine_gain),
         "bias": model.actuator_biasprm[a, :3] * affine_bias,
@@ -584,6 +601,7 @@ def _tree_joints(model, frames, dropped, frictionloss):
         model.actuator_trnid[a, 0]
         for a in range(model.nu)
         if ("actuator", a) not in dropped
+        and model.actuator_trntype[a] != _TRN_TENDON
         and (model.actuator_gaintype[a], model.actuator_biastype[a]) == (0, 0)
     }
     specs, massless = [], []
@@ -645,10 +663,7 @@ def _couplings(model, dropped):
     equality not ``dropped``: ``y - y0 = poly(x - x0)`` of MuJoCo, ``y0``, ``x0`` at ``qpos0``."""
 
     def terms(kind, k):
-        if kind == "joint":
-            return {_name(model, "joint", k): 1.0}
-        wraps = range(model.tendon_adr[k], model.tendon_adr[k] + model.tendon_num[k])
-        return {_name(model, "joint", model.wrap_objid[w]): float(model.wrap_prm[w]) for w in wraps}
+        return {_name(model, "joint", k): 1.0} if kind == "joint" else _tendon_terms(model, k)
 
     specs = []
     for e in range(model.neq):
@@ -825,7 +840,11 @@ def _warn_open_connects(model):
 
 def _warn_actuator_force_ranges(model, dropped):
     """Warn of the joints whose ``actuatorfrcrange`` MuJoCo would apply to loaded actuators."""
-    driven = {model.actuator_trnid[a, 0] for a in range(model.nu) if ("actuator", a) not in dropped}
+    driven = {
+        model.actuator_trnid[a, 0]
+        for a in range(model.nu)
+        if ("actuator", a) not in dropped and model.actuator_trntype[a] != _TRN_TENDON
+    }
     clamped = [_name(model, "joint", j) for j in sorted(driven) if model.jnt_actfrclimited[j]]
     if clamped:
         warnings.warn(
