@@ -40,21 +40,23 @@ def test_loads_as_published(gripper):
     assert mech.coupling_names == ("equality2",)
     assert [len(rows) for _, rows in mech.reduced_points] == [2, 2]
     assert mech.topology.num_rows == 5 and mech.nv - mech.topology.num_rows == 3  # adaptive
+    np.testing.assert_array_equal(mech.limits[right], [0.0, 0.8])  # kept, not enforced
     force = actuators.actuator_force(mech, mech.q0, jnp.zeros(mech.nv), jnp.array([CLOSED]))
     np.testing.assert_allclose(force, [5.0])  # 80 N asked for, forcerange caps it
 
 
 def test_closes_under_ctrl_and_matches_mujoco_at_its_stiffest(gripper):
-    """1 s from rest at ctrl = 255: the drivers reach 0.8 rad together and the loops stay
-    closed; MuJoCo (contacts and joint limits off, RK4) approaches the same trajectory as its
+    """1 s from rest at ctrl = 255: the drivers reach 0.8 rad together (a warning names the
+    limits the saved states pass) and the loops stay closed; MuJoCo (contacts and joint limits off, RK4) approaches the same trajectory as its
     equality constraints stiffen (solimp 0.9999, shorter solref and step): the largest
     difference over 101 saves falls from 9e-4 to 4e-6 rad (measured)."""
     mech, _ = gripper
     ts = np.linspace(0.0, 1.0, 101)
-    sim = loopdyn.simulate(
-        mech, mech.q0, jnp.zeros(mech.nv), 1.0, ctrl=jnp.array([CLOSED]), saveat=ts,
-        rtol=1e-10, atol=1e-10,
-    )  # fmt: skip
+    with pytest.warns(UserWarning, match="pass joint limits.*'right_driver_joint' at t = "):
+        sim = loopdyn.simulate(  # the servo overshoots the drivers' 0.8 rad limit a little
+            mech, mech.q0, jnp.zeros(mech.nv), 1.0, ctrl=jnp.array([CLOSED]), saveat=ts,
+            rtol=1e-10, atol=1e-10,
+        )  # fmt: skip
     assert sim.succeeded, sim.message
     q = np.asarray(sim.q)
     right, left = (

@@ -200,6 +200,11 @@ def test_builder_ball_and_free_joints():
         b = MechanismBuilder().add_body("arm", 1.0, inertia=(1.0, 1.0, 1.0))
         with pytest.raises(ValueError, match=message):
             b.add_joint("j", kind, "ground", "arm", **kwargs)
+    b = MechanismBuilder().add_body("arm", 1.0, inertia=(1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="limits belong to a revolute or prismatic tree joint"):
+        b.add_joint("j", "ball", "ground", "arm", limits=(-1.0, 1.0))
+    with pytest.raises(ValueError, match=r"limits \[1.0, -1.0\] need low < high"):
+        b.add_joint("j", "revolute", "ground", "arm", limits=(1.0, -1.0))
     planar = MechanismBuilder(planar=True).add_body("arm", 1.0, inertia=1.0)
     with pytest.raises(ValueError, match="a free joint does not fit a planar mechanism"):
         planar.add_joint("j", "free", "ground", "arm")

@@ -116,7 +116,9 @@ class Mechanism(eqx.Module):
     Each coordinate's passive joint elements, as MuJoCo's: ``armature`` (a rotor inertia added to
     the diagonal of the mass matrix), ``damping`` and ``stiffness`` about ``springref`` (the
     generalized force ``-damping qd - stiffness (q - springref)``, `forces.joint_forces`), and
-    a smooth stand-in for MuJoCo's dry friction, ``-frictionloss tanh(qd / friction_velocity)``.
+    a smooth stand-in for MuJoCo's dry friction, ``-frictionloss tanh(qd / friction_velocity)``;
+    ``limits``, each coordinate's ``(low, high)`` range (``-inf, inf``: none), are not enforced
+    (`loopdyn.simulate` warns when a saved state passes one).
     ``gravcomp``: each body's gravity compensation, MuJoCo's ``gravcomp`` (an upward force
     ``-gravcomp mass gravity`` at its centre of mass, `forces.gravcomp_forces`); it acts only
     when some body had it at build time (``gravcomp_bodies``, static).
@@ -168,6 +170,7 @@ class Mechanism(eqx.Module):
     coupling_reference: Float[Array, "c 2"]
     frictionloss: Float[Array, " n"]
     friction_velocity: Float[Array, " n"]
+    limits: Float[Array, "n 2"]
     gravcomp: Float[Array, " n"]
     ctrl_gear: Float[Array, " u"]
     ctrl_gain: Float[Array, "u 3"]
@@ -291,6 +294,7 @@ class _Joint:
     coordinate: str
     passive: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0)  # armature .. frictionloss
     friction_velocity: float = FRICTION_VELOCITY
+    limits: tuple[float, float] = (-math.inf, math.inf)
     quaternion: bool = False  # the first of a ball's three bodies: turned by a quaternion
 
 
@@ -439,6 +443,7 @@ class MechanismBuilder:
         springref: float = 0.0,
         frictionloss: float = 0.0,
         friction_velocity: float = FRICTION_VELOCITY,
+        limits=None,
     ) -> MechanismBuilder:
         """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames).
         A revolute or prismatic tree joint may carry passive elements: ``armature`` (rotor
@@ -447,7 +452,9 @@ class MechanismBuilder:
         ``frictionloss`` (N m or N), dry friction smoothed over ``friction_velocity`` (rad/s or
         m/s; `forces.joint_forces`: not MuJoCo's friction constraint at low speed); a ball or
         free joint its ``armature`` and ``damping``, on each of its velocities. A ball cut
-        joint is a spherical one."""
+        joint is a spherical one. ``limits``: a revolute or prismatic tree joint's ``(low,
+        high)`` range (rad or m), not enforced: `loopdyn.simulate` warns when a saved state
+        passes it."""
         if kind == "ball" and (cut or child == GROUND or self._has_tree_joint(child)):
             kind = "spherical"
         taken = {j.name for j in self._joints} | {j.coordinate for j in self._joints}
@@ -510,6 +517,7 @@ class MechanismBuilder:
                 f"joint {name!r}: armature, damping, stiffness and frictionloss act on the "
                 "coordinate of a revolute, prismatic, ball or free tree joint"
             )
+        limits = self._limits(name, kind, common, limits)
         if kind in QUATERNION_KINDS:
             if self.planar or common["cut"] or any(passive[2:]):
                 why = (
@@ -538,10 +546,23 @@ class MechanismBuilder:
                     coordinate=name,
                     passive=tuple(float(v) for v in passive),
                     friction_velocity=float(friction_velocity),
+                    limits=limits,
                     **common,
                 )
             )
         return self
+
+    @staticmethod
+    def _limits(name, kind, common, limits):
+        """A joint's checked ``(low, high)`` range, or no limits."""
+        if limits is None:
+            return (-math.inf, math.inf)
+        if common["cut"] or kind not in TREE_KINDS:
+            raise ValueError(f"joint {name!r}: limits belong to a revolute or prismatic tree joint")
+        low, high = (float(x) for x in np.asarray(limits, dtype=np.float64).reshape(2))
+        if not low < high:
+            raise ValueError(f"joint {name!r}: limits {[low, high]} need low < high")
+        return (low, high)
 
     def add_spring(
         self,
@@ -911,6 +932,7 @@ class MechanismBuilder:
             spring_rest_length=stack([sp[7] for sp in self._springs], ()),
             **{field: stack([j.passive[k] for j in joints], ()) for k, field in enumerate(PASSIVE)},
             friction_velocity=stack([j.friction_velocity for j in joints], ()),
+            limits=stack([j.limits for j in joints], (2,)),
             gravcomp=stack([b.gravcomp for b in bodies], ()),
             gravcomp_bodies=tuple(k for k, b in enumerate(bodies) if b.gravcomp),
             **self._ctrl_fields(joints, stack),

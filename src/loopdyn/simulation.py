@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -478,6 +479,8 @@ def simulate(
                 kinematics.check_jacobian(mech, q0)
             except ValueError as error:
                 raise ValueError(f"simulate: the initial state is singular: {error}") from None
+    if _concrete(result.q):
+        _warn_limits(mech, result)
     if throw:
         if not _concrete(result.stats.result):
             return eqx.error_if(
@@ -486,6 +489,21 @@ def simulate(
         if not result.succeeded:
             raise RuntimeError(f"simulate: {result.message}")
     return result
+
+
+def _warn_limits(mech, result):
+    """Warn, naming the joints, where saved states pass a coordinate's `Mechanism.limits`
+    (loopdyn does not enforce them)."""
+    angles = np.asarray(configuration.scalar_coordinates(mech, result.q))
+    limits = np.asarray(mech.limits)
+    past = (angles < limits[:, 0]) | (angles > limits[:, 1])
+    if past.any():
+        first = [(float(result.ts[np.argmax(past[:, k])]), k) for k in np.flatnonzero(past.any(0))]
+        named = ", ".join(f"{mech.coordinate_names[k]!r} at t = {t:g} s" for t, k in first)
+        warnings.warn(
+            f"simulate: saved states pass joint limits, which loopdyn does not enforce: {named}",
+            stacklevel=3,  # simulate's caller
+        )
 
 
 def _checked_input(name, value, names, q0, qd0):

@@ -82,7 +82,8 @@ The mapping, MuJoCo -> loopdyn:
 - Unnamed bodies, joints, equalities and actuators are named ``body<id>``, ``joint<id>``,
   ``equality<id>`` and ``actuator<id>``, with MuJoCo's element id.
 
-Joint limits are ignored with a warning (loopdyn enforces none). What loopdyn cannot represent
+Joint limits are ignored with a warning (loopdyn enforces none); a hinge's or slide's range is
+kept (``Mechanism.limits``) and `loopdyn.simulate` warns when a saved state passes it. What loopdyn cannot represent
 is listed all at once, each element named, in one ``ValueError``: a ball or free joint's
 stiffness or friction loss, polynomial stiffness or damping, a hinge's or slide's friction loss
 (unless ``frictionloss="smooth"``), mocap bodies, gravity compensation that differs within one
@@ -329,8 +330,8 @@ def _unsupported(model, frictionloss) -> list[_Unsupported]:
     limited = [repr(_name(model, "joint", j)) for j in range(model.njnt) if model.jnt_limited[j]]
     if limited:
         warnings.warn(
-            f"joint limits (range) are ignored, loopdyn does not enforce them: joint(s) "
-            f"{', '.join(limited)}",
+            "joint limits (range) are ignored, loopdyn does not enforce them (simulate warns "
+            f"when a saved state passes a hinge's or slide's): joint(s) {', '.join(limited)}",
             stacklevel=5,  # load_mjcf's caller
         )
     off = model.opt.disableflags & (_DSBL_CONSTRAINT | _DSBL_EQUALITY)
@@ -632,6 +633,11 @@ def _tree_joints(model, frames, dropped, frictionloss):
                     "child_position": anchor,
                     "actuated": j in actuated,
                     **_passive(model, j, frictionloss),
+                    **(
+                        {"limits": model.jnt_range[j].copy()}
+                        if model.jnt_limited[j] and kind in (_HINGE, _SLIDE)
+                        else {}
+                    ),
                 }
             )
             rotation, origin = np.eye(3), np.zeros(3)
