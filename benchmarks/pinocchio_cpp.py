@@ -49,6 +49,7 @@ KP, KD = BAUMGARTE[1] ** 2, 2.0 * BAUMGARTE[0]
 
 _JOINTS = {f"JointModel{k}": k for k in ("RX", "RY", "RZ", "PX", "PY", "PZ")}
 _JOINTS |= {"JointModelRevoluteUnaligned": "RU", "JointModelPrismaticUnaligned": "PU"}
+_JOINTS |= {"JointModelFreeFlyer": "FF", "JointModelSpherical": "SPH"}
 
 
 # ---------------------------------------------------------------------------------- building
@@ -139,6 +140,8 @@ def write_problem(path, model, constraints):
         values = [*axis, *_placement(model.jointPlacements[j]), inertia.mass]
         values += [*np.asarray(inertia.lever), *np.asarray(inertia.inertia).ravel()]
         lines.append(f"joint {model.parents[j]} {kind} " + " ".join(repr(float(v)) for v in values))
+    if np.any(np.asarray(model.armature) != 0):
+        lines.append("armature " + " ".join(repr(float(v)) for v in model.armature))
     for c in constraints:
         kind = {"CONTACT_3D": "3D", "CONTACT_6D": "6D"}[str(c.type).split(".")[-1]]
         if str(c.reference_frame).split(".")[-1] != "LOCAL":
@@ -190,7 +193,7 @@ class Peer:
             ["bench", self.model_file, states, out, repeats, threads, ACCURACY, MU, MAX_ITER],
             cpus,
         )
-        return result, np.fromfile(out).reshape(q.shape)
+        return result, np.fromfile(out).reshape(q.shape[0], self.model.nv)
 
     def simulate(self, q0, qd0, t1, rtol, atol, saves=201, repeats=3, dt0=1e-3, cpus=None):
         """``(result, trajectory)``: free motion from ``(q0, qd0)`` with Dormand-Prince and
