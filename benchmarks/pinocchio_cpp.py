@@ -182,17 +182,17 @@ class Peer:
             raise RuntimeError(f"pinocchio_peer {arguments[0]}: {done.stderr.strip()}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def constraint_dynamics(self, q, qd, tau, repeats=7, threads=1, cpus=None):
+    def constraint_dynamics(self, q, qd, tau, repeats=7, threads=1, cpus=None, settings=None):
         """``(result, qdd)``: ``constraintDynamics`` over the B states, ``repeats`` passes over
         the batch on ``threads`` threads (pinned to ``cpus`` when given); ``per_state_s`` is
-        the median pass time / B."""
+        the median pass time / B. ``settings``: ``(accuracy, mu, max_iter)``, default the
+        module's."""
         states, out = self.folder / "states.bin", self.folder / "qdd.bin"
         q = np.asarray(q)
         _write_states(states, q, qd, tau)
-        result = self._run(
-            ["bench", self.model_file, states, out, repeats, threads, ACCURACY, MU, MAX_ITER],
-            cpus,
-        )
+        settings = settings or (ACCURACY, MU, MAX_ITER)
+        arguments = ["bench", self.model_file, states, out, repeats, threads, *settings]
+        result = self._run(arguments, cpus)
         return result, np.fromfile(out).reshape(q.shape[0], self.model.nv)
 
     def simulate(self, q0, qd0, t1, rtol, atol, saves=201, repeats=3, dt0=1e-3, cpus=None):
