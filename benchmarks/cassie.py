@@ -343,6 +343,10 @@ def markdown(r):
         "iterations) on the model built from MuJoCo's compiled arrays "
         "(tests/support/pinocchio_mujoco.py):",
         "",
+        "MuJoCo's difference is its soft constraints' (impedance capped at 0.9999; the solver "
+        "converges in one Newton iteration, and a tolerance of 1e-15 changes nothing); it varies "
+        "with the state's conditioning.",
+        "",
         "| accelerations | rel. diff |",
         "|---|---:|",
     ]
@@ -544,7 +548,10 @@ def main():
     for name, row in report["pinocchio"].items():
         if "qacc" in row:
             agreement[f"Pinocchio {name}"] = relative(row.pop("qacc"), exact)
-    agreement["MuJoCo, stiffest"] = relative(report["mujoco"].pop("qacc"), exact)
+    soft = report["mujoco"].pop("qacc")
+    agreement["MuJoCo, stiffest"] = relative(soft, exact)
+    per_state = np.max(np.abs(soft - exact), axis=1) / np.max(np.abs(exact), axis=1)
+    agreement["MuJoCo, stiffest: median over the states"] = float(np.median(per_state))
     report["agreement"] = agreement
     report["load_average_end"] = os.getloadavg()
     report["total_s"] = time.perf_counter() - start
