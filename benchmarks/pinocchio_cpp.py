@@ -49,6 +49,7 @@ KP, KD = BAUMGARTE[1] ** 2, 2.0 * BAUMGARTE[0]
 
 _JOINTS = {f"JointModel{k}": k for k in ("RX", "RY", "RZ", "PX", "PY", "PZ")}
 _JOINTS |= {"JointModelRevoluteUnaligned": "RU", "JointModelPrismaticUnaligned": "PU"}
+_JOINTS |= {"JointModelFreeFlyer": "FF", "JointModelSpherical": "SPH"}
 
 
 # ---------------------------------------------------------------------------------- building
@@ -139,6 +140,8 @@ def write_problem(path, model, constraints):
         values = [*axis, *_placement(model.jointPlacements[j]), inertia.mass]
         values += [*np.asarray(inertia.lever), *np.asarray(inertia.inertia).ravel()]
         lines.append(f"joint {model.parents[j]} {kind} " + " ".join(repr(float(v)) for v in values))
+    if np.any(np.asarray(model.armature) != 0):
+        lines.append("armature " + " ".join(repr(float(v)) for v in model.armature))
     for c in constraints:
         kind = {"CONTACT_3D": "3D", "CONTACT_6D": "6D"}[str(c.type).split(".")[-1]]
         if str(c.reference_frame).split(".")[-1] != "LOCAL":
@@ -179,18 +182,18 @@ class Peer:
             raise RuntimeError(f"pinocchio_peer {arguments[0]}: {done.stderr.strip()}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def constraint_dynamics(self, q, qd, tau, repeats=7, threads=1, cpus=None):
+    def constraint_dynamics(self, q, qd, tau, repeats=7, threads=1, cpus=None, settings=None):
         """``(result, qdd)``: ``constraintDynamics`` over the B states, ``repeats`` passes over
         the batch on ``threads`` threads (pinned to ``cpus`` when given); ``per_state_s`` is
-        the median pass time / B."""
+        the median pass time / B. ``settings``: ``(accuracy, mu, max_iter)``, default the
+        module's."""
         states, out = self.folder / "states.bin", self.folder / "qdd.bin"
         q = np.asarray(q)
         _write_states(states, q, qd, tau)
-        result = self._run(
-            ["bench", self.model_file, states, out, repeats, threads, ACCURACY, MU, MAX_ITER],
-            cpus,
-        )
-        return result, np.fromfile(out).reshape(q.shape)
+        settings = settings or (ACCURACY, MU, MAX_ITER)
+        arguments = ["bench", self.model_file, states, out, repeats, threads, *settings]
+        result = self._run(arguments, cpus)
+        return result, np.fromfile(out).reshape(q.shape[0], self.model.nv)
 
     def simulate(self, q0, qd0, t1, rtol, atol, saves=201, repeats=3, dt0=1e-3, cpus=None):
         """``(result, trajectory)``: free motion from ``(q0, qd0)`` with Dormand-Prince and

@@ -84,3 +84,38 @@ def test_mjcf_ladder_chain_agrees(peer_binary):
         peer.close()
     # 1.2e-12 seen between the compiled peer and the wheel (two builds of one iterative solve)
     assert found["states"] == 16 and found["cpp_vs_python"] < 1e-11
+
+
+def test_free_flyer_spherical_and_armature(peer_binary):
+    """Cassie's Pinocchio model built from MuJoCo's compiled arrays (free flyer, spherical
+    joints, armature, four point constraints; tests/support/pinocchio_mujoco.py): the compiled
+    peer's accelerations equal the Python binding's at random states (nq = 35 != nv = 32)."""
+    import mujoco
+    import pinocchio_cpp
+    from support.pinocchio_mujoco import ConstraintDynamics, pinocchio_from_mujoco
+
+    path = Path(__file__).parent / "data" / "published" / "closed_chain.xml"
+    problem = pinocchio_from_mujoco(mujoco.MjModel.from_xml_path(str(path)))
+    assert problem.model.nq == 35 and problem.model.nv == 32
+    settings = (1e-12, 1e-10, 100)
+    solver = ConstraintDynamics(problem, *settings)
+    rng = np.random.default_rng(7)
+    states = []
+    for _ in range(4):
+        qpos = problem.mj.qpos0.copy()
+        mujoco.mj_integratePos(problem.mj, qpos, 0.2 * rng.standard_normal(32), 1.0)
+        states.append(solver.pinocchio_state(qpos, *rng.standard_normal((2, 32))))
+    q, v, tau = (np.stack(x) for x in zip(*states, strict=True))
+    peer = pinocchio_cpp.Peer((None, problem.model, problem.constraints), peer_binary)
+    try:
+        _, cpp = peer.constraint_dynamics(q, v, tau, repeats=1, settings=settings)
+    finally:
+        peer.close()
+    pin = solver.pin
+    python = np.stack([
+        pin.constraintDynamics(problem.model, solver.data, *x, problem.constraints, solver.datas,
+                               solver.settings).copy()
+        for x in zip(q, v, tau, strict=True)
+    ])  # fmt: skip
+    scale = np.abs(python).max(axis=1, keepdims=True)
+    assert np.max(np.abs(cpp - python) / scale) < 1e-11

@@ -6,8 +6,8 @@
 // the C++ and the Python calls solve the very same model.
 //
 //   pinocchio_peer bench MODEL STATES QDD_OUT REPEATS THREADS ACCURACY MU MAX_ITER
-//     constraintDynamics over every state of STATES (binary: int64 B, int64 n, then q, qd, tau
-//     as B x n float64 each, row-major), REPEATS times, on THREADS OpenMP threads (each with
+//     constraintDynamics over every state of STATES (binary: int64 B, int64 nq, then q as
+//     B x nq, qd and tau as B x nv float64, row-major), REPEATS times, on THREADS OpenMP threads (each with
 //     its own Data and its share of the batch, timed from a common barrier to the last thread
 //     done); writes the accelerations (B x n float64) to QDD_OUT and one JSON line to stdout.
 //
@@ -100,6 +100,10 @@ namespace
       return pin::JointModelRevoluteUnaligned(read_vector(in));
     if (kind == "PU")
       return pin::JointModelPrismaticUnaligned(read_vector(in));
+    if (kind == "FF")
+      return pin::JointModelFreeFlyer();
+    if (kind == "SPH")
+      return pin::JointModelSpherical();
     throw std::runtime_error("unknown joint kind " + kind);
   }
 
@@ -107,6 +111,7 @@ namespace
   //   gravity gx gy gz
   //   joint PARENT KIND [axis] placement(R row-major, p) mass lever(3) inertia(3x3 row-major)
   //   constraint 3D|6D JOINT1 placement1 JOINT2 placement2
+  //   armature a(nv)    (optional; after the joints)
   Problem read_problem(const std::string & path)
   {
     std::ifstream in(path);
@@ -137,6 +142,12 @@ namespace
         const auto id =
           model.addJoint(parent, joint, placement, "j" + std::to_string(model.njoints));
         model.appendBodyToJoint(id, pin::Inertia(mass, lever, inertia), pin::SE3::Identity());
+      }
+      else if (tag == "armature")
+      {
+        model.armature.resize(model.nv);
+        for (Eigen::Index i = 0; i < model.nv; ++i)
+          in >> model.armature[i];
       }
       else if (tag == "constraint")
       {
@@ -247,13 +258,14 @@ namespace
     const int threads = std::stoi(argv[4]);
     const double accuracy = std::stod(argv[5]), mu = std::stod(argv[6]);
     const int max_iter = std::stoi(argv[7]);
-    const Eigen::Index batch = header[0], n = header[1];
-    if (n != problem.model.nv || values.size() != std::size_t(3 * batch * n))
+    // q rows have nq entries (a free flyer's or spherical joint's quaternion), qd and tau nv
+    const Eigen::Index batch = header[0], nq = header[1], n = problem.model.nv;
+    if (nq != problem.model.nq || values.size() != std::size_t(batch * (nq + 2 * n)))
       throw std::runtime_error("states do not match the model");
-    // column k of each matrix is state k (the file is row-major B x n)
-    const Eigen::Map<const Matrix> q(values.data(), n, batch);
-    const Eigen::Map<const Matrix> qd(values.data() + batch * n, n, batch);
-    const Eigen::Map<const Matrix> tau(values.data() + 2 * batch * n, n, batch);
+    // column k of each matrix is state k (the file is row-major B x nq, then B x nv twice)
+    const Eigen::Map<const Matrix> q(values.data(), nq, batch);
+    const Eigen::Map<const Matrix> qd(values.data() + batch * nq, n, batch);
+    const Eigen::Map<const Matrix> tau(values.data() + batch * (nq + n), n, batch);
     Matrix qdd(n, batch);
     std::vector<double> times(repeats);
     int max_iterations = 0;
@@ -351,6 +363,8 @@ namespace
     const int max_iter = std::stoi(argv[12]);
     const std::string trajectory_path = argv[13];
     const Eigen::Index n = problem.model.nv;
+    if (problem.model.nq != n)
+      throw std::runtime_error("simulate: only models with nq == nv (no quaternions)");
     if (header[0] != 2 * n || x0.size() != std::size_t(2 * n))
       throw std::runtime_error("initial state does not match the model");
     for (auto & c : problem.constraints)
