@@ -275,9 +275,12 @@ def test_planar_choice():
         (xy_gravity_z, "[0.0, 0.0, 1.0]", "[0.0, 0.0, -9.81]"),
         (xz_gravity_y, "[0.0, 1.0, 0.0]", "[0.0, -9.81, 0.0]"),
     ):
+        spatial = load_mjcf(xml)  # gravity out of the plane: spatial, the connect's normal row
+        assert not spatial.planar and [c.kind for c in spatial.cut_joints] == ["spherical"]
+        assert [len(rows) for _, rows in spatial.reduced_points] == [2]  # ... dropped
         message = f"moves in planes normal to {normal}, but gravity {gravity} is not in the plane"
-        with pytest.raises(ValueError, match=re.escape(message)):
-            load_mjcf(xml)  # a planar loop would get a spatial cut joint with a vanishing row
+        with pytest.raises(ValueError, match=re.escape(message) + ".*weld constraints"):
+            load_mjcf(xml.replace("<connect", "<weld"))  # its angle rows would vanish
         assert [c.kind for c in load_mjcf(xml, planar=False).cut_joints] == ["spherical"]
     with pytest.raises(ValueError, match=r"not planar: gravity \[0.5, -1.2, -9.81\]"):
         load_mjcf(DATA / "serial.xml", planar=True)
