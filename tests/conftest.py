@@ -10,10 +10,16 @@ import pytest
 # took no longer). Set here, before JAX creates its CPU client; inherited by the CLI and notebook
 # subprocesses. XLA_FLAGS that already name a level are left alone (to test at the default, set
 # XLA_FLAGS=--xla_backend_optimization_level=3).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(
-        [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]
-    ).strip()
+# XLA's CPU fusion emitters (MLIR) compile much slower than its older LLVM IR emitters: with them
+# off the whole suite passes at the same tolerances and compiles far less (CPU seconds of one
+# process per file on the loaded 2-core machine: test_inverse 307 -> 122, test_forward 174 -> 67,
+# test_fit 52 -> 32). Left alone where XLA_FLAGS names the flag.
+for flag, value in (
+    ("xla_backend_optimization_level", "0"),
+    ("xla_cpu_use_fusion_emitters", "false"),
+):
+    if flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{flag}={value}".strip()
 jax.config.update("jax_enable_x64", True)
 # No persistent compilation cache: writing some executables to it crashed the interpreter
 # (abort in compilation_cache.put_executable_and_time, segfault in compile_and_write_cache) when

@@ -200,8 +200,7 @@ def _augmented(mech, q, qd, qdd):
     return jax.vmap(lambda q, qd, qdd: augmented(mech, q, qd, qdd))(q, qd, qdd)
 
 
-# The largest mechanisms' dense systems (stewart 78x78) add a minute of compilation: left out.
-@pytest.mark.parametrize("name", [n for n in LIBRARY if n not in ("stewart", "excavator")])
+@pytest.mark.parametrize("name", LIBRARY)
 def test_fully_augmented_newton_euler_solve_gives_the_same_numbers(name):
     """Seed 002's "traditional" method: all reactions from one solve of every rigid body's
     Newton-Euler equations (least squares for the unactuated quarter car), no recursion."""
