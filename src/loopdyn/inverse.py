@@ -171,7 +171,12 @@ def _closed_jacobians(mech, count=3, seed=0, tol=1e-12, max_iter=30):
     q0 = np.asarray(mech.q0, dtype=float)
     out = []
     moves = [0.1 * rng.standard_normal(mech.nv) for _ in range(count - 1)]
-    for start in [q0] + [np.asarray(configuration.integrate(mech, q0, m)) for m in moves]:
+
+    def integrate(q, v):  # on concrete values, also inside a trace
+        with jax.ensure_compile_time_eval():
+            return np.asarray(configuration.integrate(mech, q, v))
+
+    for start in [q0] + [integrate(q0, m) for m in moves]:
         q = start
         for _ in range(max_iter):
             residual, jac = (np.asarray(x) for x in program(mech, q))
@@ -181,7 +186,7 @@ def _closed_jacobians(mech, count=3, seed=0, tol=1e-12, max_iter=30):
                 out.append(jac)
                 break
             step = np.linalg.lstsq(jac, residual, rcond=None)[0]
-            q = np.asarray(configuration.integrate(mech, q, -step))
+            q = integrate(q, -step)
     return out
 
 
