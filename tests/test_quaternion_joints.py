@@ -252,10 +252,11 @@ def test_redundant_point_rows_are_dropped():
     assert rssr.reduced_points == ()
 
 
-def _kkt_reference(model, data, q, v, tau, h=1e-6):
-    """Accelerations from MuJoCo's terms with exact equality constraints: its mass matrix, bias
-    and passive forces, its equality rows' Jacobian J, and J' v by central differences of J v
-    along ``mj_integratePos``; least squares over redundant rows."""
+def _kkt_reference(model, data, q, v, tau, h=1e-6, ctrl=None):
+    """Accelerations from MuJoCo's terms with exact equality constraints: its mass matrix, bias,
+    passive and actuator forces (at ``ctrl``), its equality rows' Jacobian J, and J' v by central
+    differences of J v along ``mj_integratePos``; least squares over redundant rows."""
+    data.ctrl[:] = 0.0 if ctrl is None else ctrl
 
     def rows(at):
         _evaluate(model, data, at, v)
@@ -271,8 +272,8 @@ def _kkt_reference(model, data, q, v, tau, h=1e-6):
     jac = rows(q)
     mass = _evaluate(model, data, q, v, tau)
     kkt = np.block([[mass, -jac.T], [jac, np.zeros((len(jac), len(jac)))]])
-    rhs = np.concatenate([tau - data.qfrc_bias + data.qfrc_passive, -jac_rate])
-    return np.linalg.lstsq(kkt, rhs, rcond=None)[0][: model.nv]
+    forces = tau - data.qfrc_bias + data.qfrc_passive + data.qfrc_actuator
+    return np.linalg.lstsq(kkt, np.concatenate([forces, -jac_rate]), rcond=None)[0][: model.nv]
 
 
 @pytest.fixture(scope="module")
@@ -315,6 +316,30 @@ def test_cassie_dynamics_match_a_kkt_solve_from_mujoco(cassie):
         for method in loopdyn.forward.METHODS:
             qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, method=method)
             np.testing.assert_allclose(qdd, expected, atol=1e-10 * scale)
+
+
+def test_menagerie_cassie_with_its_motors_and_keyframe():
+    """Menagerie's Cassie (meshes stripped): its ten geared motors take MuJoCo's ``ctrl``,
+    clamped to ``ctrlrange``, and its "home" keyframe is a state; near it, the accelerations
+    under random controls (some beyond the ranges) equal the KKT solve of MuJoCo's terms."""
+    path = PUBLISHED / "cassie_no_meshes.xml"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mech = loopdyn.load_mjcf(path)
+    assert len(caught) == 1 and "joint limits" in str(caught[0].message)
+    model, data = _mujoco(path.read_text())
+    assert mech.ctrl_names == mech.actuator_names and len(mech.ctrl_names) == 10
+    home = keyframes(path)["home"]
+    q = kinematics.assemble(mech, home.q, fixed=tuple(range(6)))
+    gap = np.abs(kinematics.loop_residual(mech, home.q)).max()  # MuJoCo's soft loops: a bit open
+    assert 1e-6 < gap < 1e-2 and np.abs(q - home.q).max() < 0.03  # measured 0.024 rad
+    rng = np.random.default_rng(5)
+    v = kinematics.project_velocity(mech, q, rng.standard_normal(mech.nv), fixed=tuple(range(6)))
+    ctrl = rng.uniform(-20.0, 20.0, len(mech.ctrl_names))
+    q, v, tau = np.asarray(q), np.asarray(v), np.zeros(mech.nv)
+    expected = _kkt_reference(model, data, q, v, tau, ctrl=ctrl)
+    qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, ctrl=ctrl)
+    np.testing.assert_allclose(qdd, expected, atol=1e-10 * np.abs(expected).max())
 
 
 def test_tennis_racket_flip():
