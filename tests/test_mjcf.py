@@ -647,17 +647,21 @@ def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warnin
         '<motor name="drive" joint="wrist"/></actuator>',
     )
     listed = ("joint 'knee' has frictionloss", "tendon 'cable' has stiffness")
-    listed += ("equality 'pin': inactive",)
     listed += ("actuator 'servo' has activation dynamics",)
-    with pytest.raises(ValueError, match="uses 4 feature") as refused:
+    with pytest.raises(ValueError, match="uses 3 feature") as refused:
         load_mjcf(xml)
     assert all(item in str(refused.value) for item in listed)
-    assert "unsupported='warn'" in str(refused.value)
-    with pytest.warns(UserWarning, match="without 4 unsupported") as warned:
+    assert "unsupported='warn'" in str(refused.value) and "pin" not in str(refused.value)
+    with pytest.warns(UserWarning, match="without 3 unsupported") as warned:
         mech = load_mjcf(xml, unsupported="warn")
     assert all(item in str(warned[0].message) for item in listed) and len(warned) == 1
-    assert mech.cut_joints == () and mech.actuator_names == ("wrist",)
+    assert mech.cut_joints == () and mech.actuator_names == ("wrist",)  # the pin is inactive
     assert mech.ctrl_names == ("drive",) and float(mech.frictionloss.sum()) == 0.0
+    with pytest.warns(UserWarning, match="without 3 unsupported"):
+        switched = load_mjcf(xml, unsupported="warn", active={"pin": True})
+    assert [c.name for c in switched.cut_joints] == ["pin"]
+    with pytest.raises(ValueError, match=r"active: unknown equalities \['latch'\]"):
+        load_mjcf(xml, unsupported="warn", active={"latch": False})
 
 
 def test_bad_sources():

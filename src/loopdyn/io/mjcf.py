@@ -83,12 +83,14 @@ The mapping, MuJoCo -> loopdyn:
   ``equality<id>`` and ``actuator<id>``, with MuJoCo's element id.
 
 Joint limits are ignored with a warning (loopdyn enforces none); a hinge's or slide's range is
-kept (``Mechanism.limits``) and `loopdyn.simulate` warns when a saved state passes it. What loopdyn cannot represent
-is listed all at once, each element named, in one ``ValueError``: a ball or free joint's
+kept (``Mechanism.limits``) and `loopdyn.simulate` warns when a saved state passes it. An
+inactive equality (``active="false"``, or switched off by `load_mjcf`'s ``active``) is left out.
+What loopdyn cannot represent is listed all at once, each element named, in one
+``ValueError``: a ball or free joint's
 stiffness or friction loss, polynomial stiffness or damping, a hinge's or slide's friction loss
 (unless ``frictionloss="smooth"``), mocap bodies, gravity compensation that differs within one
 loopdyn body, spatial tendons and tendon forces, flexes, explicit contact pairs, equality
-constraints other than active connect, weld, joint and fixed-tendon ones, actuators with
+constraints other than connect, weld, joint and fixed-tendon ones, actuators with
 activation dynamics, another transmission, gain or bias, armature, damping or delay, and fluid
 forces. With ``unsupported="warn"`` the model loads without them (one warning lists what the
 simulation leaves out: those equalities and actuators are dropped, the forces and contacts do
@@ -101,6 +103,7 @@ cameras, lights, the time step and the integrator. Keyframes are states of the l
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import warnings
@@ -138,6 +141,7 @@ def load_mjcf(
     planar: bool | None = None,
     unsupported: str = "error",
     frictionloss: str | None = None,
+    active: dict[str, bool] | None = None,
 ) -> Mechanism:
     """Build a `Mechanism` from MJCF: a file path, the XML text itself (a string starting with
     ``<``) or a compiled ``mujoco.MjModel``. See the module docstring for the mapping. ``planar``:
@@ -146,8 +150,11 @@ def load_mjcf(
     without them and warns once with the list (flexes are refused either way).
     ``frictionloss="smooth"`` loads a hinge's or slide's ``frictionloss`` as the smooth law of
     `loopdyn.forces.joint_forces` (not MuJoCo's dry-friction constraint at low speed); None
-    counts it as unsupported."""
-    return _load(source, planar, unsupported, frictionloss)[0]
+    counts it as unsupported. ``active`` switches equalities on or off by name (``{"pin":
+    True}``), where the file's ``active`` attribute says otherwise: an inactive equality is left
+    out of the mechanism (loopdyn's constraints are structural, so switching is loading
+    again)."""
+    return _load(source, planar, unsupported, frictionloss, active)[0]
 
 
 def world_rotation(
@@ -155,12 +162,13 @@ def world_rotation(
     planar: bool | None = None,
     unsupported: str = "error",
     frictionloss: str | None = None,
+    active: dict[str, bool] | None = None,
 ) -> np.ndarray:
     """The constant rotation ``R`` that `load_mjcf` (same arguments) turns the file's world by:
     identity, unless the model is a planar mechanism drawn outside the xy-plane. A loaded body's
     pose ``(p, R_b)`` is the file's ``(R.T @ p, R.T @ R_b @ R)``; a world vector ``v`` of the file
     (a force, a point) is ``R @ v`` in the loaded mechanism."""
-    return _load(source, planar, unsupported, frictionloss)[1]
+    return _load(source, planar, unsupported, frictionloss, active)[1]
 
 
 class Keyframe(NamedTuple):
@@ -189,12 +197,13 @@ def keyframes(source: str | os.PathLike | mujoco.MjModel) -> dict[str, Keyframe]
     }
 
 
-def _load(source, planar, unsupported, frictionloss):
+def _load(source, planar, unsupported, frictionloss, active):
     """The mechanism and the rotation of the file's world into loopdyn's."""
     if frictionloss not in (None, "smooth"):
         raise ValueError(f"frictionloss must be None or 'smooth', got {frictionloss!r}")
-    model = _compile(source)
+    model = _switched(_compile(source), active or {})
     dropped = _refuse_unsupported(model, unsupported, frictionloss)
+    dropped |= {("equality", e) for e in range(model.neq) if not model.eq_active0[e]}
     frames = _frames(model)
     joints, massless = _tree_joints(model, frames, dropped, frictionloss)
     cuts = _cut_joints(model, frames, dropped)
@@ -261,6 +270,21 @@ def _configuration_names(model, j):
         _FREE: [f"{name}[{k}]" for k in range(3)] + quaternion,
         _BALL: quaternion,
     }.get(kind, [name])
+
+
+def _switched(model, active):
+    """``model`` with its equalities' ``eq_active0`` set by name from ``active`` (a copy when
+    anything changes)."""
+    names = [_name(model, "equality", e) for e in range(model.neq)]
+    unknown = sorted(set(active) - set(names))
+    if unknown:
+        raise ValueError(f"active: unknown equalities {unknown}; the model has {names}")
+    if not active:
+        return model
+    model = copy.copy(model)
+    for name, on in active.items():
+        model.eq_active0[names.index(name)] = bool(on)
+    return model
 
 
 def _compile(source):
@@ -344,8 +368,6 @@ def _unsupported(model, frictionloss) -> list[_Unsupported]:
             if kind not in ("connect", "weld", "joint", "tendon")
             or kind == "tendon"
             and not all(_fixed(model, t) for t in _objects(model, e))
-            else "inactive (eq_active0): loopdyn cannot switch constraints"
-            if not model.eq_active0[e]
             else "constrains neither bodies nor sites"
             if kind in ("connect", "weld") and model.eq_objtype[e] not in (_OBJ_BODY, _OBJ_SITE)
             else None
