@@ -15,8 +15,6 @@ from support.pinocchio_mujoco import ConstraintDynamics, pinocchio_from_mujoco
 import loopdyn
 from loopdyn import configuration, kinematics
 
-pytest.importorskip("pinocchio")
-
 PATH = pathlib.Path(__file__).parent / "data" / "published" / "closed_chain.xml"
 # loopdyn has no contacts and enforces no joint limits (it loads them with a warning)
 CONTACT_AND_LIMITS = mujoco.mjtDisableBit.mjDSBL_CONTACT | mujoco.mjtDisableBit.mjDSBL_LIMIT

@@ -30,7 +30,9 @@ the quaternion reordered, velocity and acceleration the same. Hinge: the angle l
 
 from dataclasses import dataclass
 
+import mujoco
 import numpy as np
+import pinocchio as pin  # the reference: a missing one fails loudly, never skips
 
 
 def _rotation(quat):
@@ -111,9 +113,6 @@ class MujocoPinocchio:
 
 def pinocchio_from_mujoco(mj):
     """`MujocoPinocchio` of the compiled ``mujoco.MjModel`` ``mj`` (see the module docstring)."""
-    import mujoco
-    import pinocchio as pin
-
     model = pin.Model()
     model.gravity.linear = np.asarray(mj.opt.gravity, dtype=float).copy()
     # per MuJoCo body: its Pinocchio joint id and the body frame in that joint's frame
@@ -186,8 +185,6 @@ class ConstraintDynamics:
     mu > 0 since Cassie's planar sub-loops make rows redundant)."""
 
     def __init__(self, problem, accuracy=1e-14, mu=1e-12, max_iter=100):
-        import pinocchio as pin
-
         self.pin, self.problem = pin, problem
         self.data = problem.model.createData()
         self.datas = pin.StdVec_RigidConstraintData([c.createData() for c in problem.constraints])
