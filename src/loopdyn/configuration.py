@@ -27,13 +27,17 @@ def _layout(mech):
     return slots, scalar[slots], start[:, None] + np.arange(4), turned
 
 
-def scalar_coordinates(mech: Mechanism, q: Float[Array, "... nq"]) -> Float[Array, "... nv"]:
+def scalar_coordinates(
+    mech: Mechanism, q: Float[Array, "... nq"], axis: int = -1
+) -> Float[Array, "... nv"]:
     """Each body's joint coordinate ``(..., nv)``: its entry of ``q``, and 0 for the three
-    bodies a quaternion turns (their rotation is the quaternion's)."""
+    bodies a quaternion turns (their rotation is the quaternion's); ``axis``: that of ``q``'s
+    entries."""
     if not mech.quaternion_slots:
         return q
     scalar, _ = configuration_layout(mech.nv, mech.quaternion_slots)
-    return jnp.concatenate([q, jnp.zeros_like(q[..., :1])], axis=-1)[..., scalar]
+    zero = jnp.zeros_like(jnp.take(q, np.array([0]), axis=axis))
+    return jnp.take(jnp.concatenate([q, zero], axis=axis), scalar, axis=axis)
 
 
 def quaternion_matrix(w, x, y, z, axis=-2):

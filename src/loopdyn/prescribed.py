@@ -70,11 +70,8 @@ def prescribed_coordinates(mech: Mechanism, coordinates=None) -> tuple[int, ...]
     else:
         free = set(kinematics.free_coordinates(mech, coordinates))
         chosen = tuple(k for k in range(mech.num_bodies) if k not in free)
-    turned = [
-        mech.coordinate_names[k]
-        for k in chosen
-        if configuration_layout(mech.nv, mech.quaternion_slots)[0][k] >= mech.nq
-    ]
+    scalar = configuration_layout(mech.nv, mech.quaternion_slots)[0]
+    turned = [mech.coordinate_names[k] for k in chosen if scalar[k] >= mech.nq]
     if turned:
         raise ValueError(
             f"prescribed_motion: {turned} are angular velocities of ball or free joints, which "

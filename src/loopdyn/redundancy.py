@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .topology import loop_sides
+
 STATES = 3  # random configurations the rank is measured at
 _RTOL = 1e-9  # singular values below this times the largest count as zero
 _SAME = 1e-8  # the dropped directions agree in frame a to this
@@ -67,20 +69,6 @@ def _motion(joints, parent, quaternions, rng):
     return rotation, origin, axes, points
 
 
-def _side(parent, body, stop):
-    path = []
-    while body != stop:
-        path.append(body)
-        body = parent[body]
-    return path
-
-
-def _ancestor(parent, a, b):
-    up_a = _side(parent, a, -1) + [-1] if a >= 0 else [-1]
-    up_b = set(_side(parent, b, -1) + [-1]) if b >= 0 else {-1}
-    return next(k for k in up_a if k in up_b)
-
-
 def reduced_point_rows(joints, parent, quaternions, cuts, seed=0) -> dict[int, tuple]:
     """For each spherical cut joint whose point rows are structurally redundant (module
     docstring): the directions in cut frame a to keep, ``{cut index: ((n_x, n_y, n_z), ...)}``.
@@ -93,10 +81,8 @@ def reduced_point_rows(joints, parent, quaternions, cuts, seed=0) -> dict[int, t
     for c, (cut, a, b) in enumerate(cuts):
         if cut.kind != "spherical":
             continue
-        top = _ancestor(parent, a, b)
-        sides = [(-1.0, k, a) for k in _side(parent, a, top)] + [
-            (1.0, k, b) for k in _side(parent, b, top)
-        ]
+        side_a, _, side_b = loop_sides(parent, a, b)
+        sides = [(-1.0, k, a) for k in side_a] + [(1.0, k, b) for k in side_b]
         kept = []
         for rotation, origin, axes, points in states:
             frame_a = (np.eye(3) if a < 0 else rotation[a]) @ cut.rotation

@@ -130,6 +130,15 @@ def _path_to_ground(parent, body):
     return path
 
 
+def loop_sides(parent, a, b) -> tuple[list[int], int, list[int]]:
+    """The loop through bodies ``a`` and ``b`` (-1: the ground): the bodies from ``a`` up to
+    their common ancestor (excluded), the ancestor (-1 for the ground), and those from ``b`` up
+    to it; the joints of the two sides are the loop's coordinates."""
+    up_a, up_b = _path_to_ground(parent, a) + [-1], _path_to_ground(parent, b) + [-1]
+    ancestor = next(k for k in up_a if k in up_b)
+    return up_a[: up_a.index(ancestor)], ancestor, up_b[: up_b.index(ancestor)]
+
+
 def _loop(parent, cut_index, cut, rows, subsystem_of, body_names, internal):
     """Trace the loop of one cut joint and check that it closes through two rigid bodies."""
     a, b = cut.body_a, cut.body_b
@@ -139,9 +148,7 @@ def _loop(parent, cut_index, cut, rows, subsystem_of, body_names, internal):
 
     if a == b:
         raise ValueError(f"cut joint {cut.name!r} connects body {name(a)!r} to itself")
-    up_a, up_b = _path_to_ground(parent, a) + [-1], _path_to_ground(parent, b) + [-1]
-    ancestor = next(k for k in up_a if k in up_b)
-    side_a, side_b = up_a[: up_a.index(ancestor)], up_b[: up_b.index(ancestor)]
+    side_a, ancestor, side_b = loop_sides(parent, a, b)
     around = side_a + [ancestor] + side_b[::-1]
     if sum(k < 0 or not internal[k] for k in around) < 2:
         raise ValueError(

@@ -232,20 +232,12 @@ def _pose_terms(mech):
     return rotations, positions + [slide]
 
 
-def _scalar(mech, q):
-    """Each body's joint coordinate ``(n, B)`` from ``q`` ``(nq, B)``: 0 for a ball's bodies."""
-    if not mech.quaternion_slots:
-        return q
-    scalar = configuration_layout(mech.nv, mech.quaternion_slots)[0]
-    return jnp.concatenate([q, jnp.zeros_like(q[:1])])[scalar]
-
-
 def _angles(mech, params, q):
     """``(sin a, 1 - cos a, a)``, each ``(n, 1, B)``, of every body's joint coordinate ``a`` from
     the configuration ``q`` ``(nq, B)`` (``a = 0`` for the bodies of a ball joint), and for a
     mechanism with quaternions the change ``(n, 3, 3, B)``, ``(n, 3, B)`` they make to the poses
     of the first bodies of ball joints: ``R = P Q C^T`` where the angle gives ``P C^T``."""
-    a = _scalar(mech, q)
+    a = configuration.scalar_coordinates(mech, q, axis=0)
     sin, versine = trigonometry.sin_versine(a)
     angles = (sin[:, None], versine[:, None], a[:, None])
     if not mech.quaternion_slots:
@@ -862,7 +854,7 @@ def _motion(mech, params, frames, q, qd=None):
         frames.subspace,
         frames.twist,
         acceleration,
-        _scalar(mech, q),
+        configuration.scalar_coordinates(mech, q, axis=0),
         qd,
     )
 
