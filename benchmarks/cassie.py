@@ -46,6 +46,7 @@ from loopdyn import kinematics
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import pinocchio_cpp
+from closed_loop import hlo_ops
 from support.pinocchio_mujoco import ConstraintDynamics, pinocchio_from_mujoco
 from tree_dynamics import first_call, machine, median_time
 
@@ -154,7 +155,11 @@ def loopdyn_calls(mech, q, v, tau, repeats, batch_methods):
         compile_s, _ = first_call(jitted, *args[0])
         counter = iter(range(10**9))
         call = lambda: jitted(*args[next(counter) % n]).block_until_ready()
-        out[method] = {"single_compile_s": compile_s, "single_s": median_time(call, n, repeats)}
+        out[method] = {
+            "single_compile_s": compile_s,
+            "single_s": median_time(call, n, repeats),
+            "single_hlo_ops": hlo_ops(f, *args[0]),
+        }
         print(method, json.dumps(out[method]), flush=True)
     fastest = min(out, key=lambda m: out[m]["single_s"])
     for method in dict.fromkeys([*batch_methods, fastest]):
@@ -356,23 +361,23 @@ def markdown(r):
         "",
         "## Forward dynamics, one core",
         "",
-        "| | compile (s) | per call / state (µs) |",
-        "|---|---:|---:|",
+        "| | compile (s) | HLO ops (lowered) | per call / state (µs) |",
+        "|---|---:|---:|---:|",
     ]
     for method, row in f.items():
         lines.append(
             f"| loopdyn `{method}`, jitted single state (64 states in turn) | "
-            f"{row['single_compile_s']:.1f} | {us(row['single_s'])} |"
+            f"{row['single_compile_s']:.1f} | {row['single_hlo_ops']} | {us(row['single_s'])} |"
         )
     for method, row in f.items():
         if "batched_per_state_s" in row:
             lines.append(
                 f"| loopdyn `{method}`, `jit(vmap)` over B = {r['batch']}, per state | "
-                f"{row['batched_compile_s']:.1f} | {us(row['batched_per_state_s'])} |"
+                f"{row['batched_compile_s']:.1f} | - | {us(row['batched_per_state_s'])} |"
             )
     for name, row in p.items():
         if "error" in row:
-            lines.append(f"| Pinocchio {name}: failed ({row['error'][:80]}) | - | - |")
+            lines.append(f"| Pinocchio {name}: failed ({row['error'][:80]}) | - | - | - |")
             continue
         acc, mu, it = row["settings"]
         if name.startswith("C++"):
@@ -382,11 +387,11 @@ def markdown(r):
             where = "per call from Python over the B states"
         lines.append(
             f"| Pinocchio `constraintDynamics`, {where}; accuracy {acc:g}, mu {mu:g}, ≤ {it} "
-            f"iterations (used {row['max_iterations']}) | - | {us(row['per_call_s'])} |"
+            f"iterations (used {row['max_iterations']}) | - | - | {us(row['per_call_s'])} |"
         )
     lines.append(
         f"| MuJoCo `mj_forward` per call over the B states (state set each call; solimp "
-        f"{mj['solimp'][0]}, solref {mj['solref'][0]:g}) | - | {us(mj['per_call_s'])} |"
+        f"{mj['solimp'][0]}, solref {mj['solref'][0]:g}) | - | - | {us(mj['per_call_s'])} |"
     )
     lines += [
         "",
