@@ -6,7 +6,8 @@ batch loop on XLA's CPU thread pool. That loop is slow for matrices this small. 
 deadlock when two such calls run at once on a pool with as many threads as cores (seen with
 jax 0.10: both pool threads wait inside the batched SVD for work queued behind them). The
 versions here are elementwise arithmetic over the batch instead. Matrices larger than
-``UNROLL`` go to ``jnp.linalg`` (their LAPACK time dominates the batch loop anyway).
+``UNROLL`` go to ``jnp.linalg`` (their LAPACK time dominates the batch loop anyway), one matrix
+per LAPACK call under ``vmap`` (`_one_matrix_per_call`), which keeps clear of that deadlock.
 
 - `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions.
 - `solve`: Gaussian elimination with partial pivoting (row swaps as one-hot arithmetic).
@@ -24,30 +25,84 @@ import jax.numpy as jnp
 UNROLL = 16  # largest dimension unrolled; above it, jnp.linalg (LAPACK)
 
 
+def _one_matrix_per_call(f):
+    """``f``, a LAPACK-backed ``jnp.linalg`` routine, run under ``vmap`` as a loop over the batch
+    (``lax.map``) with one matrix per call. jaxlib hands a batched LAPACK call's matrices to XLA's
+    CPU thread pool and waits for them there; two such calls in one program can occupy every
+    thread of a small pool while their work waits behind them, forever (seen on 2 cores with
+    jax 0.10: three independent batched calls of 256 matrices hang, looped they do not).
+    Derivatives differentiate ``f`` as it is."""
+
+    @jax.custom_jvp
+    def fn(*args):
+        return looped(*args)
+
+    @fn.defjvp
+    def jvp(primals, tangents):
+        return jax.jvp(f, primals, tangents)
+
+    @jax.custom_batching.custom_vmap
+    def looped(*args):
+        return f(*args)
+
+    @looped.def_vmap
+    def rule(axis_size, in_batched, *args):
+        args = [
+            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            for x, b in zip(args, in_batched)
+        ]
+        out = jax.lax.map(lambda xs: looped(*xs), args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return fn
+
+
+_cholesky = _one_matrix_per_call(jnp.linalg.cholesky)
+_cho_solve = _one_matrix_per_call(lambda l, b: jax.scipy.linalg.cho_solve((l, True), b))
+_solve = _one_matrix_per_call(jnp.linalg.solve)
+_svd = _one_matrix_per_call(lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)))
+_singular_values = _one_matrix_per_call(lambda a: jnp.linalg.svd(a, compute_uv=False))
+_lapack_pinv = _one_matrix_per_call(jnp.linalg.pinv)
+
+
+def _entries(a):
+    """The entries of the last two axes of ``a`` as nested lists (batch axes kept)."""
+    return [[a[..., i, j] for j in range(a.shape[-1])] for i in range(a.shape[-2])]
+
+
+def _matrix(rows):
+    """Nested lists of entries back to one array: a single stack, so XLA sees one operation."""
+    return jnp.stack([jnp.stack(row, -1) for row in rows], -2)
+
+
 @jax.jit
 def cholesky(a):
     """Lower-triangular ``L`` with ``L L^T = a`` (symmetric positive definite ``a``, lower
-    triangle read); NaN where ``a`` is not positive definite, like LAPACK's."""
+    triangle read); NaN where ``a`` is not positive definite, like LAPACK's. Unrolled as scalar
+    expressions of the entries, stacked once: the entries of one column scale by one reciprocal
+    of its pivot, so XLA fuses the whole factorisation into a few operations."""
     n = a.shape[-1]
     if n > UNROLL:
-        return jnp.linalg.cholesky(a)
-    columns = []
+        return _cholesky(a)
+    a, zero = _entries(a), jnp.zeros_like(a[..., 0, 0])
+    l = [[zero] * n for _ in range(n)]
     for j in range(n):
-        row = jnp.stack([c[j] for c in columns]) if columns else jnp.zeros((0,), a.dtype)
-        below = jnp.stack([c[j:] for c in columns], axis=1) if columns else None
-        column = a[j:, j] - (below @ row if columns else 0.0)
-        pivot = jnp.sqrt(column[0])
-        columns.append(jnp.concatenate([jnp.zeros(j, a.dtype), pivot[None], column[1:] / pivot]))
-    return jnp.stack(columns, axis=1)
+        pivot = jnp.sqrt(a[j][j] - sum((l[j][k] ** 2 for k in range(j)), zero))
+        scale = 1.0 / pivot
+        l[j][j] = pivot
+        for i in range(j + 1, n):
+            l[i][j] = (a[i][j] - sum((l[i][k] * l[j][k] for k in range(j)), zero)) * scale
+    return _matrix(l)
 
 
-def _substitute(l, b, rows):
-    """``x`` with ``l x = b`` for triangular ``l``, solving the ``rows`` in the order given."""
+def _substitute(l, b, rows, transpose):
+    """``x`` with ``l x = b`` (``l^T x = b`` when ``transpose``) for triangular ``l`` given as
+    entries, ``b`` as a list of rows, solving the ``rows`` in the order given."""
     x = {}
     for k in rows:
-        coupled = sum((l[k, j] * x[j] for j in x), jnp.zeros_like(b[k]))
-        x[k] = (b[k] - coupled) / l[k, k]
-    return jnp.stack([x[k] for k in range(b.shape[0])])
+        coupled = sum(((l[j][k] if transpose else l[k][j]) * x[j] for j in x), 0.0)
+        x[k] = (b[k] - coupled) / l[k][k]
+    return [x[k] for k in range(len(b))]
 
 
 @jax.jit
@@ -55,9 +110,10 @@ def cho_solve(l, b):
     """``a^-1 b`` from ``l = cholesky(a)``; ``b`` a vector or a matrix of columns."""
     n = l.shape[-1]
     if n > UNROLL:
-        return jax.scipy.linalg.cho_solve((l, True), b)
-    y = _substitute(l, b, range(n))
-    return _substitute(l.T, y, reversed(range(n)))
+        return _cho_solve(l, b)
+    entries, rows = _entries(l), [b[k] for k in range(n)]
+    y = _substitute(entries, rows, range(n), False)
+    return jnp.stack(_substitute(entries, y, reversed(range(n)), True))
 
 
 @jax.jit
@@ -65,7 +121,7 @@ def solve(a, b):
     """``a^-1 b`` for square ``a``, Gaussian elimination with partial pivoting."""
     n = a.shape[-1]
     if n > UNROLL:
-        return jnp.linalg.solve(a, b)
+        return _solve(a, b)
     rows, trailing = jnp.arange(n), (1,) * (b.ndim - 1)
     for k in range(n):  # forward elimination
         pivot = k + jnp.argmax(jnp.abs(a[k:, k]))
@@ -75,7 +131,7 @@ def solve(a, b):
         factor = a[k + 1 :, k] / a[k, k]
         a = a.at[k + 1 :].add(-factor[:, None] * a[k][None, :])
         b = b.at[k + 1 :].add(-factor.reshape(n - k - 1, *trailing) * b[k][None])
-    return _substitute(a, b, reversed(range(n)))
+    return jnp.stack(_substitute(_entries(a), [b[k] for k in range(n)], reversed(range(n)), False))
 
 
 def _rotation(top, bottom):
@@ -128,7 +184,7 @@ def svd(a):
     """``(u, s, vt)`` with ``a = u @ diag(s) @ vt``, ``s`` descending, thin (``k = min(m, n)``)."""
     m, n = a.shape
     if min(m, n) > UNROLL:
-        return jnp.linalg.svd(a, full_matrices=False)
+        return _svd(a)
     if m > n:
         u, s, vt = svd(a.T)
         return vt.T, s, u.T
@@ -143,7 +199,7 @@ def svd(a):
 def singular_values(a):
     """Singular values of ``a``, descending."""
     if min(a.shape) > UNROLL:
-        return jnp.linalg.svd(a, compute_uv=False)
+        return _singular_values(a)
     return svd(a)[1]
 
 
@@ -155,18 +211,18 @@ def _rtol(a):
 def pinv(a):
     """Moore-Penrose pseudo-inverse, singular values below ``10 max(m, n) eps`` times the largest
     dropped (as ``jnp.linalg.pinv``)."""
-    return jnp.linalg.pinv(a) if min(a.shape) > UNROLL else _pinv(a)
+    return _lapack_pinv(a) if min(a.shape) > UNROLL else _jacobi_pinv(a)
 
 
 @jax.custom_jvp
-def _pinv(a):
+def _jacobi_pinv(a):
     u, s, vt = svd(a)
     keep = s > _rtol(a) * jnp.max(s, initial=0.0)
     return (vt.T * jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)) @ u.T
 
 
-@_pinv.defjvp
-def _pinv_jvp(primals, tangents):
+@_jacobi_pinv.defjvp
+def _jacobi_pinv_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     p = pinv(a)
     dp = (
