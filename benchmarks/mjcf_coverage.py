@@ -15,9 +15,10 @@ writes benchmarks/results/mjcf_coverage.md and .json (atomically). Per file:
 - for a file that loads: at 3 random states closed by `loopdyn.kinematics.assemble`, the largest
   difference of `loopdyn.forward_dynamics` against the KKT solve of MuJoCo's own terms with its
   equality constraints made exact (tests/support/mujoco_kkt.py), relative to the largest
-  acceleration. For a file loaded with ``unsupported="warn"``, the reference MuJoCo model has the
-  same features switched off (fluid forces, tendon and ball/free joint springs, the dropped
-  equalities and actuators), so the figure checks what loopdyn does model.
+  acceleration, constrained or not (MuJoCo's ``qacc_smooth``). For a file loaded with
+  ``unsupported="warn"``, the reference MuJoCo model has the same features switched off (fluid forces, tendon springs, dampers and armature, ball/free
+  joint springs, the dropped equalities and actuators), so the figure checks what loopdyn does
+  model. States where MuJoCo's own equality residual is not zero are counted apart (Findings).
 
 tests/test_mjcf_coverage.py checks the outcomes recorded here against the current loopdyn.
 """
@@ -359,7 +360,8 @@ def markdown(raw):
         f"*KKT* is the largest difference of `loopdyn.forward_dynamics` (accelerations, "
         f"MuJoCo's `qacc` layout) against the KKT solve of MuJoCo's mass matrix, bias, passive "
         f"and actuator forces with its equality rows made exact (tests/support/mujoco_kkt.py), "
-        f"relative to the largest acceleration (dimensionless), over {STATES} random states "
+        "relative to the largest acceleration, constrained or not (MuJoCo's `qacc_smooth`: a "
+        f"body the loops lock has none of its own; dimensionless), over {STATES} random states "
         "closed by `kinematics.assemble` with random velocities (projected), generalized "
         'forces and `ctrl`. For a file loaded with `unsupported="warn"` the reference has the '
         "left-out features switched off too. A weld's rows enter the reference with torquescale "
