@@ -16,9 +16,10 @@ writes benchmarks/results/mjcf_coverage.md and .json (atomically). Per file:
   difference of `loopdyn.forward_dynamics` against the KKT solve of MuJoCo's own terms with its
   equality constraints made exact (tests/support/mujoco_kkt.py), relative to the largest
   acceleration, constrained or not (MuJoCo's ``qacc_smooth``). For a file loaded with
-  ``unsupported="warn"``, the reference MuJoCo model has the same features switched off (fluid forces, tendon springs, dampers and armature, ball/free
-  joint springs, the dropped equalities and actuators), so the figure checks what loopdyn does
-  model. States where MuJoCo's own equality residual is not zero are counted apart (Findings).
+  ``unsupported="warn"``, the reference MuJoCo model has the same features switched off (fluid
+  forces, tendon springs, dampers and armature, ball/free joint springs, the dropped equalities
+  and actuators), so the figure checks what loopdyn does model. States where MuJoCo's own
+  equality residual is not zero are counted apart (Findings).
 
 tests/test_mjcf_coverage.py checks the outcomes recorded here against the current loopdyn.
 """
