@@ -385,7 +385,8 @@ def markdown(raw):
         feats = ", ".join(f"{k}" + (f" x{n}" if n > 1 else "") for k, n in r["features"].items())
         loaded = f"{r['nq']} / {r['nv']}" if "nq" in r else "-"
         lines.append(
-            f"| `{_short(r['file'])}` | {r['outcome']} | {r['nq_mujoco']} / {r['nv_mujoco']} | {loaded} | "
+            f"| `{_short(r['file'])}` | {r['outcome']} | {r['nq_mujoco']} / {r['nv_mujoco']} | "
+            f"{loaded} | "
             f"{r.get('loops', '-')} | {_cell(kkt)} | {_cell(feats)} | {_cell(message)} |"
         )
     lines += ["", "## Findings", ""]

@@ -104,11 +104,11 @@ def reference_model(path, mech, warned):
 
 
 def compare(path, mech, warned, states=3, seed=0):
-    """Per random assembled state: ``(difference, residual, scale, condition)``, the largest difference of
-    `forward_dynamics` against the MuJoCo KKT solve relative to the larger of the largest
-    constrained and the largest unconstrained acceleration (MuJoCo's ``qacc_smooth``: a body the
-    loops lock has no acceleration of its own to compare with), and the largest of MuJoCo's own
-    equality residuals (``efc_pos``, m or rad) at loopdyn's closed state, that scale, and the
+    """Per random assembled state: ``(difference, residual, scale, condition)``: the largest
+    difference of `forward_dynamics` against the MuJoCo KKT solve relative to the larger of the
+    largest constrained and the largest unconstrained acceleration (MuJoCo's ``qacc_smooth``: a
+    body the loops lock has no acceleration of its own to compare with), the largest of MuJoCo's
+    own equality residuals (``efc_pos``, m or rad) at loopdyn's closed state, that scale, and the
     condition number of MuJoCo's mass matrix there."""
     model, data, ctrl_ids = reference_model(path, mech, warned)
     rng = np.random.default_rng(seed)
