@@ -12,6 +12,7 @@ import mujoco
 import numpy as np
 import pytest
 from scipy.special import ellipk
+from support.mujoco_kkt import evaluate, kkt_reference, mujoco_model
 
 import loopdyn
 from loopdyn import configuration, forces, kinematics, tree
@@ -34,12 +35,6 @@ TREE = """<mujoco><option gravity="0.3 -0.2 -9.81"><flag contact="disable"/></op
  </body></body></worldbody></mujoco>"""
 
 
-def _mujoco(xml):
-    model = mujoco.MjModel.from_xml_string(xml)
-    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
-    return model, mujoco.MjData(model)
-
-
 def _unit_quaternions(model, q):
     free, ball = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
     for j in range(model.njnt):
@@ -49,18 +44,9 @@ def _unit_quaternions(model, q):
     return q
 
 
-def _evaluate(model, data, q, v, tau=None):
-    data.qpos[:], data.qvel[:] = q, v
-    data.qfrc_applied[:] = 0.0 if tau is None else tau
-    mujoco.mj_forward(model, data)
-    mass = np.zeros((model.nv, model.nv))
-    mujoco.mj_fullM(model, data, mass)
-    return mass
-
-
 @pytest.fixture(scope="module")
 def tree_model():
-    model, data = _mujoco(TREE)
+    model, data = mujoco_model(TREE)
     rng = np.random.default_rng(0)
     q = np.stack([_unit_quaternions(model, rng.standard_normal(model.nq)) for _ in range(4)])
     return loopdyn.load_mjcf(TREE), model, data, q, rng.standard_normal((4, model.nv))
@@ -81,7 +67,7 @@ def test_layout_is_mujocos(tree_model):
     np.testing.assert_array_equal(np.asarray(mech.q0), model.qpos0)
 
 
-def test_tree_terms_match_mujoco(tree_model):
+def test_tree_terms_matchmujoco_model(tree_model):
     """Poses, mass matrix (armature included), bias and passive forces, and the accelerations
     under random generalized forces, at random states: MuJoCo's own q, v and qacc layout."""
     mech, model, data, q, v = tree_model
@@ -93,7 +79,7 @@ def test_tree_terms_match_mujoco(tree_model):
     qdd = jax.vmap(lambda *state: loopdyn.forward_dynamics(mech, *state)[0])(q, v, tau)
     order = [mech.body_names.index(name) for name in "ABC"]
     for k in range(len(q)):
-        reference = _evaluate(model, data, q[k], v[k], tau[k])
+        reference = evaluate(model, data, q[k], v[k], tau[k])
         np.testing.assert_allclose(position[k][np.array(order)], data.xpos[1:], atol=1e-15)
         np.testing.assert_allclose(
             rotation[k][np.array(order)].reshape(3, 9), data.xmat[1:], atol=1e-15
@@ -104,7 +90,7 @@ def test_tree_terms_match_mujoco(tree_model):
         np.testing.assert_allclose(qdd[k], data.qacc, rtol=1e-12, atol=1e-12)
 
 
-def test_configuration_maps_match_mujoco(tree_model):
+def test_configuration_maps_matchmujoco_model(tree_model):
     """`integrate` is MuJoCo's mj_integratePos, `difference` its inverse, `rate` the time
     derivative of `integrate` (central differences) and `velocity` the inverse of `rate`."""
     mech, model, _, q, v = tree_model
@@ -136,7 +122,7 @@ def test_keyframes_are_states_of_the_loaded_mechanism():
         '<keyframe><key name="lifted" time="0.5" qpos="0 0 2 0.6 0 0.8 0 1 0 0 0 0.7"/></keyframe>'
     )
     xml = TREE.replace("</mujoco>", key + "</mujoco>")
-    model, data = _mujoco(xml)
+    model, data = mujoco_model(xml)
     (name, lifted), mech = next(iter(keyframes(xml).items())), loopdyn.load_mjcf(xml)
     assert name == "lifted" and lifted.time == 0.5 and lifted.v.shape == (mech.nv,)
     mujoco.mj_resetDataKeyframe(model, data, 0)
@@ -252,37 +238,13 @@ def test_redundant_point_rows_are_dropped():
     assert rssr.reduced_points == ()
 
 
-def _kkt_reference(model, data, q, v, tau, h=1e-6, ctrl=None):
-    """Accelerations from MuJoCo's terms with exact equality constraints: its mass matrix, bias,
-    passive and actuator forces (at ``ctrl``), its equality rows' Jacobian J, and J' v by central
-    differences of J v along ``mj_integratePos``; least squares over redundant rows."""
-    data.ctrl[:] = 0.0 if ctrl is None else ctrl
-
-    def rows(at):
-        _evaluate(model, data, at, v)
-        equality = data.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY
-        return data.efc_J.reshape(data.nefc, model.nv)[equality].copy()
-
-    def moved(s):
-        out = q.copy()
-        mujoco.mj_integratePos(model, out, v, s)
-        return out
-
-    jac_rate = (rows(moved(h)) @ v - rows(moved(-h)) @ v) / (2 * h)
-    jac = rows(q)
-    mass = _evaluate(model, data, q, v, tau)
-    kkt = np.block([[mass, -jac.T], [jac, np.zeros((len(jac), len(jac)))]])
-    forces = tau - data.qfrc_bias + data.qfrc_passive + data.qfrc_actuator
-    return np.linalg.lstsq(kkt, np.concatenate([forces, -jac_rate]), rcond=None)[0][: model.nv]
-
-
 @pytest.fixture(scope="module")
 def cassie():
     path = PUBLISHED / "closed_chain.xml"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mech = loopdyn.load_mjcf(path)
-    return mech, _mujoco(path.read_text()), caught
+    return mech, mujoco_model(path.read_text()), caught
 
 
 def test_cassie_loads_unchanged(cassie):
@@ -298,7 +260,7 @@ def test_cassie_loads_unchanged(cassie):
     assert np.abs(kinematics.loop_residual(mech, mech.q0)).max() < 1e-15
 
 
-def test_cassie_dynamics_match_a_kkt_solve_from_mujoco(cassie):
+def test_cassie_dynamics_match_a_kkt_solve_frommujoco_model(cassie):
     """At assembled random states, every method's accelerations equal the KKT solution built
     from MuJoCo's mass matrix, bias and passive forces, and its own connect Jacobian with its
     time derivative by central differences along mj_integratePos (least squares over MuJoCo's
@@ -311,7 +273,7 @@ def test_cassie_dynamics_match_a_kkt_solve_from_mujoco(cassie):
         q = kinematics.assemble(mech, q, fixed=base)
         v = kinematics.project_velocity(mech, q, rng.standard_normal(mech.nv), fixed=base)
         q, v, tau = np.asarray(q), np.asarray(v), rng.standard_normal(mech.nv)
-        expected = _kkt_reference(model, data, q, v, tau)
+        expected = kkt_reference(model, data, q, v, tau)
         scale = np.abs(expected).max()
         for method in loopdyn.forward.METHODS:
             qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, method=method)
@@ -327,7 +289,7 @@ def test_menagerie_cassie_with_its_motors_and_keyframe():
         warnings.simplefilter("always")
         mech = loopdyn.load_mjcf(path)
     assert len(caught) == 1 and "joint limits" in str(caught[0].message)
-    model, data = _mujoco(path.read_text())
+    model, data = mujoco_model(path.read_text())
     assert mech.ctrl_names == mech.actuator_names and len(mech.ctrl_names) == 10
     home = keyframes(path)["home"]
     q = kinematics.assemble(mech, home.q, fixed=tuple(range(6)))
@@ -337,7 +299,7 @@ def test_menagerie_cassie_with_its_motors_and_keyframe():
     v = kinematics.project_velocity(mech, q, rng.standard_normal(mech.nv), fixed=tuple(range(6)))
     ctrl = rng.uniform(-20.0, 20.0, len(mech.ctrl_names))
     q, v, tau = np.asarray(q), np.asarray(v), np.zeros(mech.nv)
-    expected = _kkt_reference(model, data, q, v, tau, ctrl=ctrl)
+    expected = kkt_reference(model, data, q, v, tau, ctrl=ctrl)
     qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, ctrl=ctrl)
     np.testing.assert_allclose(qdd, expected, atol=1e-10 * np.abs(expected).max())
 
