@@ -460,3 +460,22 @@ def test_fixed_coordinates_are_checked():
         K.assemble(MECHANISMS["four_bar"], jnp.zeros(3), fixed=("X",))
     with pytest.raises(ValueError, match="index 5 out of range"):
         K.project_velocity(MECHANISMS["four_bar"], jnp.zeros(3), jnp.zeros(3), fixed=(5,))
+
+
+def test_a_weld_closed_at_a_half_turn_is_refused():
+    """The planar weld's angle row, the sine of the turn between its frames, vanishes at a half
+    turn too: `locked_turns` measures the turn, `try_assemble` flags it, and `assemble` and
+    `simulate` name the weld instead of taking the state as closed."""
+    mech = MECHANISMS["weld"]
+    closed = K.assemble(mech, jnp.array(GUESS["weld"]), fixed=(0,))
+    assert float(K.locked_turns(mech, closed)[0]) < 1e-7
+    flipped = jnp.array(GUESS["weld"]) + jnp.array([0.0, 0.0, 0.0, np.pi])
+    result = K.try_assemble(mech, flipped, fixed=(0,))
+    assert float(result.residual) <= 1e-12 and not bool(result.converged)
+    np.testing.assert_allclose(K.locked_turns(mech, result.q), [np.pi], atol=1e-7)
+    message = "weld cut joint 'W' has its angle rows at zero with its two frames 3.142 rad apart"
+    with pytest.raises(ValueError, match=message):
+        K.assemble(mech, flipped, fixed=(0,))
+    zeros = jnp.zeros(mech.nv)
+    with pytest.raises(ValueError, match="simulate: the weld cut joint 'W'"):
+        loopdyn.simulate(mech, result.q, zeros, 0.01)

@@ -116,10 +116,12 @@ def test_dynamics_match_a_kkt_solve_from_mujoco(name):
 
 @pytest.mark.xfail(
     strict=True,
+    raises=ValueError,
     reason="loopdyn's weld angle rows (dot products of the two frames' axes) also vanish at a "
     "half turn or a cyclic swap of the axes; from a guess about 90 degrees off (the file draws "
-    "its site welds a quarter turn open) assemble converges to such a root, where MuJoCo's weld "
-    "residual is 1 (benchmarks/results/mjcf_coverage.md, Findings)",
+    "its site welds a quarter turn open) Newton converges to such a root, where MuJoCo's weld "
+    "residual is 1 (benchmarks/results/mjcf_coverage.md, Findings); assemble now refuses it, "
+    "naming the weld (kinematics.locked_turns), instead of returning it as closed",
 )
 def test_site_welds_close_where_mujoco_does():
     path = PUBLISHED / ENGINE / "equality_site.xml"

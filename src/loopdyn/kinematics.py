@@ -527,9 +527,32 @@ def _closed_jvp(free, tol, max_iter, primals, tangents):
     return q, configuration.rate(mech, q, dv - select @ (dense.pinv(jac) @ d_phi))
 
 
+LOCKED_TURN = 1e-3  # rad: a locked frame pair turned more than this is closed at a wrong turn
+
+
+def _locking(mech) -> np.ndarray:
+    """Indices of the cut joints whose rows lock the frames' relative rotation."""
+    kinds = ("weld", "prismatic")
+    return np.array([c for c, cut in enumerate(mech.cut_joints) if cut.kind in kinds], dtype=int)
+
+
+@eqx.filter_jit
+def locked_turns(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " w"]:
+    """The angle (rad) between the two frames of each cut joint that locks their rotation (weld,
+    prismatic; in ``mech.cut_joints`` order): zero where the joint is closed. Its angle rows, dot
+    products of one frame's axes with the other's, vanish too where the frames are a half turn
+    apart or have their axes swapped round (a turn of pi or 2 pi / 3), which is not closed."""
+    locking = _locking(mech)
+    if locking.size == 0:
+        return jnp.zeros(0, q.dtype)
+    rotation = _ends(mech, tree.body_motion(mech, q)).rotation[locking]
+    relative = jnp.einsum("cji,cjk->cik", rotation[:, 0], rotation[:, 1])
+    return jnp.arccos(jnp.clip((jnp.trace(relative, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0))
+
+
 class Assembly(NamedTuple):
     """Outcome of `try_assemble`: the configuration, ``|Phi(q)|`` there and whether it is within
-    the tolerance."""
+    the tolerance with every locked frame pair aligned (`locked_turns` below `LOCKED_TURN`)."""
 
     q: Float[Array, " n"]
     residual: Float[Array, ""]
@@ -544,15 +567,32 @@ def try_assemble(
     q_guess = jnp.asarray(q_guess, mech.q0.dtype)
     if q_guess.shape != (mech.nq,):
         raise ValueError(f"q_guess: expected shape ({mech.nq},), got {q_guess.shape}")
-    q, residual = _assembled(mech, q_guess, free, tol, max_iter)
-    return Assembly(q, residual, residual <= tol)
+    q, residual, aligned = _assembled(mech, q_guess, free, tol, max_iter)
+    return Assembly(q, residual, (residual <= tol) & aligned)
 
 
 @eqx.filter_jit
 def _assembled(mech, q_guess, free, tol, max_iter):
     """Compiled once per mechanism topology and options, also when called eagerly."""
     q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.topology.loops else q_guess
-    return q, jax.lax.stop_gradient(jnp.linalg.norm(loop_residual(mech, q)))
+    residual = jnp.linalg.norm(loop_residual(mech, q))
+    aligned = jnp.all(locked_turns(mech, q) < LOCKED_TURN)
+    return q, jax.lax.stop_gradient(residual), jax.lax.stop_gradient(aligned)
+
+
+def check_locked(mech: Mechanism, q: Float[Array, " n"], function: str):
+    """Raise ``ValueError`` naming the cut joint where a locked frame pair is closed at a wrong
+    turn (`locked_turns`; eager use)."""
+    turns = np.asarray(locked_turns(mech, q))
+    for c, turn in zip(_locking(mech), turns):
+        if turn >= LOCKED_TURN:
+            cut = mech.cut_joints[c]
+            raise ValueError(
+                f"{function}: the {cut.kind} cut joint {cut.name!r} has its angle rows at zero "
+                f"with its two frames {turn:.4g} rad apart (a half turn or axes swapped round, "
+                "where the rows vanish too): not closed; start from a configuration nearer the "
+                "aligned frames"
+            )
 
 
 def assemble(
@@ -563,19 +603,23 @@ def assemble(
     Newton's method with minimum-norm steps and a backtracking line search on ``|Phi|``; the
     result is differentiable with respect to the fixed coordinates of ``q_guess`` and the
     mechanism's parameters by the implicit function theorem. Raises ``ValueError`` with the
-    residual when the loops do not close to ``tol`` (under ``jit``/``vmap``/``grad`` the error
-    is raised by ``eqx.error_if`` at run time; `try_assemble` returns a flag instead).
+    residual when the loops do not close to ``tol``, and naming the cut joint where a weld's (or
+    prismatic joint's) frames end up at a wrong turn (`locked_turns`); under
+    ``jit``/``vmap``/``grad`` the error is raised by ``eqx.error_if`` at run time
+    (`try_assemble` returns a flag instead).
     """
     result = try_assemble(mech, q_guess, fixed, tol, max_iter)
     message = (
         f"assemble: the loops do not close to tol={tol:g} within {max_iter} Newton steps: "
         "the geometry cannot close (e.g. a link too short to reach) or the guess is too far "
-        "from a closed configuration"
+        "from a closed configuration, or a weld closed at a wrong turn"
     )
     if isinstance(result.residual, jax.core.Tracer):
         return eqx.error_if(
             result.q, ~result.converged, message + "; try_assemble gives the residual"
         )
+    if not result.converged and result.residual <= tol:
+        check_locked(mech, result.q, "assemble")
     if not result.converged:
         phi, top = np.asarray(loop_residual(mech, result.q)), mech.topology
         worst = max(range(len(top.loops)), key=lambda i: np.linalg.norm(phi[top.rows(i)]))

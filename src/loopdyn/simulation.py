@@ -474,6 +474,8 @@ def simulate(
         kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
     else:
         _check_closed(mech, start, closure_tol)
+        if not assemble:
+            kinematics.check_locked(mech, q0, "simulate")
         if mech.topology.loops and not result.succeeded and float(result.stats.t_reached) == 0.0:
             try:  # a start at a singular configuration: name the loop
                 kinematics.check_jacobian(mech, q0)
