@@ -300,9 +300,15 @@ def _kkt_cell(r):
     if r.get("kkt_difference", 0.0) > WRONG:
         text += " **WRONG**"
     n = len(r["kkt_states"])
-    if r["closed_states"] < n:
-        worst = max(s["mujoco_residual"] for s in r["kkt_states"])
-        text += f" ({n - r['closed_states']} of {n} states not closed for MuJoCo: {worst:.2g})"
+    refused = sum(s["mujoco_residual"] == float("inf") for s in r["kkt_states"])
+    if refused:
+        text += f" ({refused} of {n} states refused by assemble: a weld at a wrong turn)"
+    if r["closed_states"] < n - refused:
+        worst = max(s["mujoco_residual"] for s in r["kkt_states"] if s["mujoco_residual"] < 1e300)
+        text += (
+            f" ({n - refused - r['closed_states']} of {n} states not closed for MuJoCo: "
+            f"{worst:.2g})"
+        )
     return text
 
 
@@ -317,14 +323,22 @@ def findings(records):
                 f"{r['kkt_difference']:.2g} (relative) at states both call closed."
             )
         states = r.get("kkt_states", [])
-        if r.get("closed_states", len(states)) < len(states):
-            worst = max(s["mujoco_residual"] for s in states)
+        refused = sum(s["mujoco_residual"] == float("inf") for s in states)
+        if refused:
             out.append(
-                f"{name}: at {len(states) - r['closed_states']} of {len(states)} states that "
-                "`kinematics.assemble` closed, MuJoCo's own equality residual is up to "
-                f"{worst:.3g} (m or rad): loopdyn's closed configuration is another one than "
-                "MuJoCo's (for a weld, loopdyn's three angle rows, dot products of the frames' "
-                "axes, also vanish at half turns and at cyclic swaps of the axes)."
+                f"{name}: at {refused} of {len(states)} random starts, Newton reaches a "
+                "configuration where a weld's three angle rows (dot products of the frames' "
+                "axes) vanish with its frames a wrong turn apart (a half turn, or axes swapped "
+                "round); `kinematics.assemble` refuses it, naming the weld "
+                "(`kinematics.locked_turns`). Open: a rotation residual without these roots."
+            )
+        if r.get("closed_states", len(states)) < len(states) - refused:
+            worst = max(s["mujoco_residual"] for s in states if s["mujoco_residual"] < 1e300)
+            out.append(
+                f"{name}: at {len(states) - refused - r['closed_states']} of {len(states)} "
+                "states that `kinematics.assemble` closed, MuJoCo's own equality residual is up "
+                f"to {worst:.3g} (m or rad): loopdyn's closed configuration is another one than "
+                "MuJoCo's."
             )
         if "kkt_failure" in r:
             out.append(

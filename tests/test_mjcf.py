@@ -623,19 +623,25 @@ def _model(worldbody="", extra=""):
             _model(extra='<contact><pair name="touch" geom1="g1" geom2="g2"/></contact>'),
             "pair 'touch': loopdyn has no contact",
         ),
-        (
-            _model(
-                '<body name="cap" pos="1 0 0"><geom size="0.1"/></body>',
-                '<equality><weld name="glue" body1="cap" body2="world"/></equality>',
-            ),
-            "equality 'glue' ties bodies",
-        ),
     ],
 )
 def test_refuses_what_it_cannot_represent(xml, message):
     mujoco.MjModel.from_xml_string(xml)  # MuJoCo itself accepts the model
     with pytest.raises(ValueError, match=re.escape(message)):
         load_mjcf(xml)
+
+
+def test_an_equality_between_bodies_fixed_together_is_left_out():
+    """MuJoCo keeps a weld of a body fixed to the world as a constraint without rows; loopdyn
+    leaves it out, naming it."""
+    xml = _model(
+        '<body name="cap" pos="1 0 0"><geom size="0.1"/></body>',
+        '<equality><weld name="glue" body1="cap" body2="world"/></equality>',
+    )
+    mujoco.MjModel.from_xml_string(xml)
+    with pytest.warns(UserWarning, match="equality 'glue' ties bodies .* it constrains nothing"):
+        mech = load_mjcf(xml)
+    assert mech.nv == 2 and not mech.topology.loops
 
 
 def test_every_unsupported_feature_is_listed_at_once_or_left_out_with_one_warning():

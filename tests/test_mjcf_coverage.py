@@ -149,12 +149,10 @@ def test_redundant_rows_across_loops():
     loopdyn.forward_dynamics(mech, q, np.zeros(mech.nv), np.zeros(mech.nv))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a weld between two bodies fixed to the world constrains nothing; MuJoCo accepts it "
-    "(no rows), loopdyn refuses the file even with unsupported='warn'",
-)
 def test_an_equality_without_freedoms_loads():
+    """A weld between two bodies fixed to the world constrains nothing: MuJoCo keeps it as a
+    constraint without rows, loopdyn leaves it out with a warning naming it."""
     path = PUBLISHED / ENGINE / "core_constraint" / "dofless_weld.xml"
-    mech, error, _ = load(path, unsupported="warn")
-    assert error is None and mech.nv == 12
+    mech, error, caught = load(path)
+    assert error is None and (mech.nq, mech.nv) == (14, 12)
+    assert any("equality 'equality1'" in text and "left out" in text for text in caught)

@@ -737,11 +737,14 @@ def _cut_joints(model, frames, dropped):
             )
         (body_a, position_a, rotation_a), (body_b, position_b, rotation_b) = ends
         name = _name(model, "equality", e)
-        if body_a == body_b:
-            raise ValueError(
+        if body_a == body_b:  # MuJoCo keeps it as a constraint without rows
+            warnings.warn(
                 f"equality {name!r} ties bodies {[_name(model, 'body', b) for b in bodies]} "
-                f"that are welded together (into {body_a!r}): it constrains nothing"
+                f"that are welded together (into {body_a!r}): it constrains nothing and is left "
+                "out",
+                stacklevel=4,
             )
+            continue
         specs.append(
             {
                 "name": name,
