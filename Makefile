@@ -27,20 +27,24 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	LOOPDYN_CACHE_DIR=$(LOOPDYN_CACHE_DIR) $(BIN)/python -m loopdyn.cli demo
 
-# One process per test file (a long single process that compiled hundreds of XLA programs ran out
-# of memory mappings, vm.max_map_count, and aborted inside XLA's compiler; see tests/conftest.py), JOBS files at a time (default: one per
-# core). Exit 5 (no test collected) counts as a pass. TESTS picks files.
-# The longest files start first (CPU seconds in one `make test` on the loaded 2-core machine:
-# inverse 122, gradients 113, forward 67, cpp_peer 93 of which g++ about 70), so the last ones
-# to finish are short and the two job slots end together.
+# One process per long test file (a long single process that compiled hundreds of XLA programs
+# ran out of memory mappings, vm.max_map_count, and aborted inside XLA's compiler; see
+# tests/conftest.py), the short files four to a process (each process pays Python's and JAX's
+# start-up, and files share compiled programs: 4 short files took 8 s together, 17 s apart),
+# JOBS processes at a time (default: one per core). Exit 5 (no test collected) counts as a pass.
+# TESTS picks files (one per process).
+# The longest files start first (seconds in one clean-clone `make test` on the quiet 2-core
+# machine: inverse 104, gradients 96, cpp_peer 81 of which g++ about 50, tree 81), so the last
+# ones to finish are short and the two job slots end together.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-LONG := inverse gradients forward cpp_peer quaternion_joints notebooks simulate kinematics tree \
-  inverse_motion montecarlo cassie_pinocchio notebooks_montecarlo notebooks_fit notebooks_inverse \
-  notebooks_design fit dense gripper
+LONG := inverse gradients cpp_peer tree simulate forward montecarlo batched_lapack \
+  quaternion_joints mjcf_coverage kinematics inverse_motion sharding fit notebooks_fit actuators \
+  design notebooks cli notebooks_montecarlo inverse_idle fit_cli compile_cache mjcf
 FIRST := $(LONG:%=tests/test_%.py)
-TESTS ?= $(FIRST) $(filter-out $(FIRST),$(wildcard tests/test_*.py))
+SHORT := $(filter-out $(FIRST),$(wildcard tests/test_*.py))
+BATCHES = $(if $(TESTS),printf "%s\n" $(TESTS),{ printf "%s\n" $(FIRST); printf "%s\n" $(SHORT) | paste -d" " - - - -; })
 test: $(STAMP)
-	@printf "%s\n" $(TESTS) | xargs -P $(JOBS) -I{} sh -c '\
+	@$(BATCHES) | xargs -P $(JOBS) -I{} sh -c '\
 	  out=$$($(BIN)/python -m pytest -p no:cacheprovider {} 2>&1); code=$$?; \
 	  [ $$code -eq 5 ] && code=0; printf "== %s (exit %s)\n%s\n" {} $$code "$$out"; exit $$code' \
 	  || { echo "make test: a test file failed (see its exit code above)"; exit 1; }
