@@ -46,7 +46,7 @@ BATCHES = $(if $(TESTS),printf "%s\n" $(TESTS),{ printf "%s\n" $(FIRST); printf 
 test: $(STAMP)
 	@$(BATCHES) | xargs -P $(JOBS) -I{} sh -c '\
 	  out=$$($(BIN)/python -m pytest -p no:cacheprovider {} 2>&1); code=$$?; \
-	  [ $$code -eq 5 ] && code=0; printf "== %s (exit %s)\n%s\n" {} $$code "$$out"; exit $$code' \
+	  [ $$code -eq 5 ] && code=0; printf "== %s (exit %s)\n%s\n" "{}" $$code "$$out"; exit $$code' \
 	  || { echo "make test: a test file failed (see its exit code above)"; exit 1; }
 
 bench: $(STAMP)
