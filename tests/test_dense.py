@@ -112,3 +112,39 @@ def test_batched_programs_call_no_lapack():
         assert _relative(batched[0][k], np.linalg.pinv(a[k])) < 1e-13
         assert _relative(batched[2][k], np.linalg.solve(spd[k], b[k])) < 1e-13
         assert _relative(batched[3][k], np.linalg.solve(spd[k], b[k])) < 1e-13
+
+
+def test_batched_large_matrices_go_to_lapack_one_matrix_per_call():
+    """Above `dense.UNROLL` the routines call LAPACK, under vmap one matrix per call inside a
+    loop (a batched call's wait on XLA's pool could deadlock, tests/test_batched_lapack.py):
+    results and derivatives equal jnp.linalg's, nested vmap included."""
+    n = dense.UNROLL + 4
+    rng = np.random.default_rng(7)
+    m = rng.normal(size=(3, n, n))
+    spd, b = jnp.asarray(np.einsum("bij,bkj->bik", m, m) + n * np.eye(n)), jnp.asarray(m[..., :2])
+
+    def every(spd, b):
+        return (
+            dense.cho_solve(dense.cholesky(spd), b),
+            dense.solve(spd, b),
+            dense.singular_values(spd),
+            dense.pinv(spd),
+        )
+
+    def reference(spd, b):
+        return (
+            jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(spd), True), b),
+            jnp.linalg.solve(spd, b),
+            jnp.linalg.svd(spd, compute_uv=False),
+            jnp.linalg.pinv(spd),
+        )
+
+    text = jax.jit(jax.vmap(every)).lower(spd, b).as_text()
+    assert re.search("lapack", text) and "while" in text
+    for ours, theirs in zip(jax.vmap(jax.vmap(every))(spd[None], b[None]), reference(spd, b)):
+        assert _relative(ours[0], theirs) < 1e-12
+    loss = lambda f: lambda spd, b: sum(jnp.sum(x**2) for x in jax.vmap(f)(spd, b))
+    for ours, theirs in zip(
+        jax.grad(loss(every), (0, 1))(spd, b), jax.grad(loss(reference), (0, 1))(spd, b)
+    ):
+        assert _relative(ours, theirs) < 1e-12
