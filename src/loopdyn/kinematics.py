@@ -232,7 +232,10 @@ def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
     loop is closed; rows in the module docstring)."""
     if not mech.topology.loops:
         return jnp.zeros(0, q.dtype)
-    motion = tree.body_motion(mech, q)
+    return _residual_at(mech, tree.body_motion(mech, q))
+
+
+def _residual_at(mech, motion):
     phi = _dot(*_directions(_ends(mech, motion), _rows(mech))) if mech.cut_joints else None
     return _stacked(phi, _couplings(mech, motion)[0])
 
@@ -542,10 +545,13 @@ def locked_turns(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " w"]:
     prismatic; in ``mech.cut_joints`` order): zero where the joint is closed. Its angle rows, dot
     products of one frame's axes with the other's, vanish too where the frames are a half turn
     apart or have their axes swapped round (a turn of pi or 2 pi / 3), which is not closed."""
-    locking = _locking(mech)
-    if locking.size == 0:
+    if _locking(mech).size == 0:
         return jnp.zeros(0, q.dtype)
-    rotation = _ends(mech, tree.body_motion(mech, q)).rotation[locking]
+    return _turns_at(mech, tree.body_motion(mech, q))
+
+
+def _turns_at(mech, motion):
+    rotation = _ends(mech, motion).rotation[_locking(mech)]
     relative = jnp.einsum("cji,cjk->cik", rotation[:, 0], rotation[:, 1])
     return jnp.arccos(jnp.clip((jnp.trace(relative, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0))
 
@@ -575,16 +581,18 @@ def try_assemble(
 def _assembled(mech, q_guess, free, tol, max_iter):
     """Compiled once per mechanism topology and options, also when called eagerly."""
     q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.topology.loops else q_guess
-    residual = jnp.linalg.norm(loop_residual(mech, q))
-    aligned = jnp.all(locked_turns(mech, q) < LOCKED_TURN)
+    if not mech.topology.loops:
+        return q, jnp.zeros((), q.dtype), jnp.asarray(True)
+    motion = tree.body_motion(mech, q)
+    residual = jnp.linalg.norm(_residual_at(mech, motion))
+    aligned = jnp.all(_turns_at(mech, motion) < LOCKED_TURN)
     return q, jax.lax.stop_gradient(residual), jax.lax.stop_gradient(aligned)
 
 
-def check_locked(mech: Mechanism, q: Float[Array, " n"], function: str):
+def check_locked(mech: Mechanism, turns, function: str):
     """Raise ``ValueError`` naming the cut joint where a locked frame pair is closed at a wrong
-    turn (`locked_turns`; eager use)."""
-    turns = np.asarray(locked_turns(mech, q))
-    for c, turn in zip(_locking(mech), turns):
+    turn, from the concrete `locked_turns` ``turns``."""
+    for c, turn in zip(_locking(mech), np.asarray(turns)):
         if turn >= LOCKED_TURN:
             cut = mech.cut_joints[c]
             raise ValueError(
@@ -619,7 +627,7 @@ def assemble(
             result.q, ~result.converged, message + "; try_assemble gives the residual"
         )
     if not result.converged and result.residual <= tol:
-        check_locked(mech, result.q, "assemble")
+        check_locked(mech, locked_turns(mech, result.q), "assemble")
     if not result.converged:
         phi, top = np.asarray(loop_residual(mech, result.q)), mech.topology
         worst = max(range(len(top.loops)), key=lambda i: np.linalg.norm(phi[top.rows(i)]))

@@ -256,12 +256,14 @@ class _Options(NamedTuple):
 
 class _Start(NamedTuple):
     """The initial state as solved from, for the checks made after the program: ``Phi(q0)``,
-    ``J qd0``, the scale of the latter ``1 + max|J| |qd0|`` and whether ``assemble`` converged."""
+    ``J qd0``, the scale of the latter ``1 + max|J| |qd0|``, whether ``assemble`` converged and
+    the turns of the locked frame pairs (`kinematics.locked_turns`)."""
 
     phi: Float[Array, " m"]
     velocity: Float[Array, " m"]
     velocity_scale: Float[Array, ""]
     assembled: Bool[Array, ""]
+    turns: Float[Array, " w"]
 
 
 @contextlib.contextmanager
@@ -356,7 +358,8 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     )
     norm = configuration.quaternion_norms(mech, q)
     simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], norm, stats)
-    return simulation, _Start(phi[0], velocity[0], scale[0], assembled)
+    turns = kinematics.locked_turns(mech, q0)
+    return simulation, _Start(phi[0], velocity[0], scale[0], assembled, turns)
 
 
 def simulate(
@@ -474,8 +477,7 @@ def simulate(
         kinematics.assemble(mech, q0, fixed=independent)  # raises, naming the loop
     else:
         _check_closed(mech, start, closure_tol)
-        if not assemble:
-            kinematics.check_locked(mech, q0, "simulate")
+        kinematics.check_locked(mech, start.turns, "simulate")
         if mech.topology.loops and not result.succeeded and float(result.stats.t_reached) == 0.0:
             try:  # a start at a singular configuration: name the loop
                 kinematics.check_jacobian(mech, q0)
