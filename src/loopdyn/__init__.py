@@ -1,6 +1,7 @@
 """loopdyn: differentiable dynamics of multi-closed-loop mechanisms in JAX."""
 
 from . import (
+    compilation,
     configuration,
     design,
     energy,
@@ -36,6 +37,7 @@ __all__ = [
     "MechanismBuilder",
     "Simulation",
     "batch",
+    "compilation",
     "configuration",
     "design",
     "energy",

@@ -62,7 +62,7 @@ import numpy as np
 import scipy.optimize
 from jaxtyping import Array, Float
 
-from . import inverse, parameters, prescribed, shaking
+from . import compilation, inverse, parameters, prescribed, shaking
 from .mechanism import Mechanism
 
 
@@ -199,7 +199,7 @@ def _check_motion(mech, motion):
         )
 
 
-@eqx.filter_jit
+@compilation.jit
 def series(mech: Mechanism, motion: prescribed.Motion, about=None, method: str = "subsystem"):
     """Dynamic shaking force ``(T, 2|3)``, shaking moment ``(T,)|(T, 3)`` (about the world
     origin, or the world point ``about``) and driving forces ``(T, a)`` along ``motion``. One
@@ -277,7 +277,7 @@ class Linearised(NamedTuple):
         return tuple(b + jnp.tensordot(s, added, axes=3) for b, s in zip(self.base, self.slopes))
 
 
-@eqx.filter_jit
+@compilation.jit
 def linearise(
     mech: Mechanism, motion: prescribed.Motion, bodies: tuple[int, ...], about, method: str
 ) -> Linearised:
@@ -316,12 +316,12 @@ def _residuals(x, problem: _Problem, slots):
     return jnp.concatenate(out + [jnp.sqrt(problem.penalty) * shifted[None]]), excess
 
 
-@eqx.filter_jit
+@compilation.jit
 def _jacobian(x, problem, slots):
     return jax.jacfwd(lambda x: _residuals(x, problem, slots)[0])(x)
 
 
-_evaluate = eqx.filter_jit(_residuals)
+_evaluate = compilation.jit(_residuals)
 
 
 def _numpy_residuals(x, problem, slots, shape):

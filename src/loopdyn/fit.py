@@ -44,7 +44,7 @@ import numpy as np
 import scipy.stats
 from jaxtyping import Array, Float
 
-from . import configuration, inverse, parameters
+from . import compilation, configuration, inverse, parameters
 from .mechanism import Mechanism
 from .simulation import simulate
 
@@ -143,7 +143,7 @@ def _actuator_forces(pi, mech, bodies, q, qd, qdd, method):
     return inverse.solve(with_inertial_parameters(mech, pi, bodies), q, qd, qdd, method)[0]
 
 
-@eqx.filter_jit
+@compilation.jit
 def _stacked(mech, bodies, q, qd, qdd, method):
     pi = inertial_parameters(mech, bodies)
 
@@ -343,7 +343,7 @@ class TrajectoryFit(NamedTuple):
     converged: bool
 
 
-@eqx.filter_jit
+@compilation.jit
 def _residual_and_jacobian(theta, mech, sel, q0, qd0, t1, ts, q_measured, weight, options):
     """Weighted residuals ``(q_sim - q_measured) / weight`` over the samples (flattened; on the
     configuration manifold, `configuration.difference`, where there are quaternions) and their

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import actuators, dense, forces, kinematics, tree
+from . import actuators, compilation, dense, forces, kinematics, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -485,7 +485,7 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
 _SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem_multipliers}
 
 
-@eqx.filter_jit
+@compilation.jit
 def solve(
     mech, q, qd, tau, f_ext=None, method="sslm", baumgarte=None, independent=None, ctrl=None
 ) -> Solution:
@@ -572,7 +572,7 @@ def _eager(structure, method, independent):
         mech = jax.tree.unflatten(structure, leaves)
         return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
 
-    return jax.jit(run)
+    return compilation.array_jit(run)
 
 
 def _is_concrete(x) -> bool:

@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import configuration, dense, forces, kinematics, spatial, topology, tree
+from . import compilation, configuration, dense, forces, kinematics, spatial, topology, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -165,7 +165,9 @@ def _closed_jacobians(mech, count=3, seed=0, tol=1e-12, max_iter=30):
     trace, where the geometry is concrete)."""
     structure = jax.tree_util.tree_structure(mech)
     if structure not in _loop_programs:
-        _loop_programs[structure] = jax.jit(_loop_closure).lower(mech, mech.q0).compile()
+        _loop_programs[structure] = (
+            compilation.array_jit(_loop_closure).lower(mech, mech.q0).compile()
+        )
     program = _loop_programs[structure]
     rng = np.random.default_rng(seed)
     q0 = np.asarray(mech.q0, dtype=float)
@@ -553,7 +555,7 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     return _Evaluated(result, levels, scales, unbalanced, tau_id, jac)
 
 
-_compiled = jax.jit(_evaluate, static_argnums=4)
+_compiled = compilation.array_jit(_evaluate, static_argnums=4)
 
 
 def solve(mech: Mechanism, q, qd, qdd, method: str = "subsystem") -> InverseDynamics:

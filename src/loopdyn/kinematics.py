@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import configuration, dense, spatial, tree
+from . import compilation, configuration, dense, spatial, tree
 from .mechanism import Mechanism
 
 _E = np.eye(3)
@@ -226,7 +226,7 @@ def _dot(a, b):
     return jnp.sum(a * b, axis=-1)
 
 
-@eqx.filter_jit
+@compilation.jit
 def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
     """Stacked position constraints ``Phi(q)`` of all cut joints, loop by loop (zero when every
     loop is closed; rows in the module docstring)."""
@@ -387,7 +387,7 @@ def _bias(ends, rows, e, x):
     return _dot(dde, x) + 2.0 * _dot(de, dx) + _dot(e, ddx)
 
 
-@eqx.filter_jit
+@compilation.jit
 def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]:
     """Constraint Jacobian ``J = dPhi/dq`` (seed 000 eqs. 13-16) from the joint twists carried to
     the cut frames, not by automatic differentiation."""
@@ -396,7 +396,7 @@ def loop_jacobian(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, "m n"]
     return loop_terms_at(mech, tree.body_motion(mech, q))[1]
 
 
-@eqx.filter_jit
+@compilation.jit
 def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[int, int], Array]:
     """The non-zero blocks ``J_{i,j}`` ``(m_i, n_j)`` of loop i and subsystem j (seed 000 eqs.
     14, 16, 26, 37), keyed by ``(i, j)`` as listed in ``mech.topology.blocks``, computed from the
@@ -404,7 +404,7 @@ def loop_jacobian_blocks(mech: Mechanism, q: Float[Array, " n"]) -> dict[tuple[i
     return loop_block_terms_at(mech, tree.body_motion(mech, q))[1]
 
 
-@eqx.filter_jit
+@compilation.jit
 def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) -> Float[Array, " m"]:
     """``J' qd``, the constraint acceleration at ``qdd = 0``, from the twists and twist-rates of
     the tree (`_ends`), not by automatic differentiation. The acceleration constraint is
@@ -414,7 +414,7 @@ def loop_bias(mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]) ->
     return loop_terms_at(mech, tree.body_motion(mech, q, qd))[2]
 
 
-@eqx.filter_jit
+@compilation.jit
 def loop_terms(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
@@ -435,7 +435,7 @@ def loop_terms_at(
     return tuple(_stacked(*pair) for pair in zip((phi, jac, bias), _couplings(mech, motion)))
 
 
-@eqx.filter_jit
+@compilation.jit
 def loop_block_terms(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"]
 ) -> tuple[Float[Array, " m"], dict[tuple[int, int], Array], Float[Array, " m"]]:
@@ -539,7 +539,7 @@ def _locking(mech) -> np.ndarray:
     return np.array([c for c, cut in enumerate(mech.cut_joints) if cut.kind in kinds], dtype=int)
 
 
-@eqx.filter_jit
+@compilation.jit
 def locked_turns(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " w"]:
     """The angle (rad) between the two frames of each cut joint that locks their rotation (weld,
     prismatic; in ``mech.cut_joints`` order): zero where the joint is closed. Its angle rows, dot
@@ -577,7 +577,7 @@ def try_assemble(
     return Assembly(q, residual, (residual <= tol) & aligned)
 
 
-@eqx.filter_jit
+@compilation.jit
 def _assembled(mech, q_guess, free, tol, max_iter):
     """Compiled once per mechanism topology and options, also when called eagerly."""
     q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.topology.loops else q_guess
@@ -638,7 +638,7 @@ def assemble(
     return result.q
 
 
-@eqx.filter_jit
+@compilation.jit
 def project_velocity(
     mech: Mechanism, q: Float[Array, " n"], qd: Float[Array, " n"], fixed=()
 ) -> Float[Array, " n"]:
@@ -651,7 +651,7 @@ def project_velocity(
     return qd.at[free].add(-dense.pinv(jac[:, free]) @ (jac @ qd))
 
 
-@eqx.filter_jit
+@compilation.jit
 def singular_values(mech: Mechanism, q: Float[Array, " n"], fixed=()) -> Float[Array, " k"]:
     """Singular values of J restricted to the free coordinates, largest first."""
     jac = loop_jacobian(mech, q)[:, np.asarray(free_coordinates(mech, fixed), dtype=int)]

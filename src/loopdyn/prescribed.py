@@ -24,13 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import dense, inverse, kinematics
+from . import compilation, dense, inverse, kinematics
 from .mechanism import Mechanism, configuration_layout
 
 
@@ -154,7 +153,7 @@ def state_at(mech: Mechanism, drive: Callable, t, q_guess, coordinates=None, tol
     return motion.q[0], motion.qd[0], motion.qdd[0]
 
 
-@eqx.filter_jit
+@compilation.jit
 def _compiled(mech, t, drive, q_guess, chosen, tol, max_iter, method):
     q_a, qd_a, qdd_a = _sampled(drive, t, len(chosen))
     motion = _motion(mech, t, q_a, qd_a, qdd_a, q_guess, chosen, tol, max_iter)

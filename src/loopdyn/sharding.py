@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import compilation
+
 _ARRAY = object()  # stands for an array leaf in a call's static structure
 
 
@@ -114,7 +116,7 @@ def batch(
             return jax.tree.map(lambda x: x[:size], out)
 
         placement = tuple(split if b and padded == size else None if b else whole for b in batched)
-        return jax.jit(run, in_shardings=placement), placement
+        return compilation.array_jit(run, in_shardings=placement), placement
 
     def flattened(position, arg, axis):
         """``(treedef, static leaves, arrays, placed)`` of an argument; shared JAX arrays are

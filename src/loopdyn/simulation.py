@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import configuration, dense, energy, forward, kinematics
+from . import compilation, configuration, dense, energy, forward, kinematics
 from ._checks import check_arrays, check_finite
 from .io.files import write_atomic
 from .mechanism import Mechanism
@@ -279,7 +279,7 @@ def _runtime_checks_as_nan():
         equinox_errors.EQX_ON_ERROR = previous
 
 
-@eqx.filter_jit
+@compilation.jit
 def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     """The whole simulation as one program: assembly (if asked), the solve, and the saved-state
     measurements in one pass over the states. ``t1``, ``ts`` (``None``: ``options.saves`` evenly

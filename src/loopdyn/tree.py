@@ -21,7 +21,7 @@ small-matrix operation is an elementwise loop over states that XLA vectorises. L
 in chunks of `CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
 mechanisms use planar 3-vector algebra throughout. Under ``jax.vmap`` (over states, the mechanism,
 or both) a ``custom_vmap`` rule folds the mapped axis into this native batch, so ``vmap`` costs
-what a native batch costs. The public functions are jitted (``eqx.filter_jit``): compiled once
+what a native batch costs. The public functions are jitted (`compilation.jit`): compiled once
 per mechanism structure and batch shape.
 
 The sequential passes run over the tree's depth levels, all bodies of a level at once, as a
@@ -36,13 +36,12 @@ would recompute inside every element of the matrix products).
 import functools
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import configuration, spatial, trigonometry
+from . import compilation, configuration, spatial, trigonometry
 from .mechanism import Mechanism, configuration_layout
 
 CHUNK = 128  # states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
@@ -600,7 +599,7 @@ def _native(core, with_f_ext, base, params, arrays):
     return jax.tree.map(join, out)
 
 
-@eqx.filter_jit
+@compilation.jit
 def joint_poses(mech: Mechanism, q: Float[Array, "... n"]):
     """Rotation ``(..., n, 3, 3)`` and origin ``(..., n, 3)`` of each body in its parent's frame."""
     return _batched(
@@ -608,7 +607,7 @@ def joint_poses(mech: Mechanism, q: Float[Array, "... n"]):
     )
 
 
-@eqx.filter_jit
+@compilation.jit
 def forward_kinematics(mech: Mechanism, q: Float[Array, "... n"]):
     """World origin ``(..., n, 3)`` and rotation ``(..., n, 3, 3)`` of every body frame
     (positions first, as everywhere in loopdyn)."""
@@ -648,7 +647,7 @@ def _twists(mech, params, q, qd, _):
     return _motion_to_body(mech.planar, frames.rotation, frames.position, frames.twist)
 
 
-@eqx.filter_jit
+@compilation.jit
 def twists(mech: Mechanism, q, qd) -> Float[Array, "... n d"]:
     """Twist of every body in its own coordinates (seed 004 eq. 20)."""
     return _batched(mech, functools.partial(_twists, mech), q=q, qd=qd)
@@ -660,7 +659,7 @@ def _twist_rates(mech, params, q, qd, qdd, _):
     return _motion_to_body(mech.planar, frames.rotation, frames.position, dt)
 
 
-@eqx.filter_jit
+@compilation.jit
 def twist_rates(mech: Mechanism, q, qd, qdd) -> Float[Array, "... n d"]:
     """Twist-rate (time derivative of the twist, without gravity) of every body."""
     return _batched(mech, functools.partial(_twist_rates, mech), q=q, qd=qd, qdd=qdd)
@@ -671,7 +670,7 @@ def _body_wrenches(mech, params, q, qd, qdd, f_ext):
     return frames, _wrenches(mech, frames, _external(mech, frames, f_ext))
 
 
-@eqx.filter_jit
+@compilation.jit
 def body_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None):
     """In the ground frame: every body's origin ``(..., n, 3)``, rotation ``(..., n, 3, 3)``,
     joint-rate propagation vector ``p_i`` ``(..., n, d)`` and Newton-Euler wrench less gravity
@@ -691,7 +690,7 @@ def _joint_wrenches(mech, params, q, qd, qdd, f_ext):
     return _force_to_body(mech.planar, frames.rotation, frames.position, w)
 
 
-@eqx.filter_jit
+@compilation.jit
 def joint_wrenches(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "... n d"]:
     """Wrench transmitted from each parent to its body through the tree joint (body coordinates):
     the recursive Newton-Euler backward pass (seed 002 eqs. 20-22, 30-33)."""
@@ -709,7 +708,7 @@ def _inverse_dynamics(mech, params, q, qd, qdd, f_ext):
     return _joint_forces(mech, _frames(mech, params, q, qd, qdd), f_ext) + params.armature * qdd
 
 
-@eqx.filter_jit
+@compilation.jit
 def inverse_dynamics(mech: Mechanism, q, qd, qdd, f_ext=None) -> Float[Array, "... n"]:
     """Joint forces ``tau = I qdd + C qd + gravity - (external)`` by the recursive Newton-Euler
     (DeNOC) algorithm (seed 000 eq. 6 without multipliers), the joints' armature in ``I``; their
@@ -777,7 +776,7 @@ def _mass_matrix_blocks(mech, ranges, params, q, _):
     return _inertia_blocks(mech, params, _frames(mech, params, q), ranges)
 
 
-@eqx.filter_jit
+@compilation.jit
 def mass_matrix_blocks(mech: Mechanism, q, ranges) -> list[Float[Array, "... k k"]]:
     """The diagonal blocks of `mass_matrix` over the coordinate ``ranges`` ``(start, stop)``
     (e.g. ``mech.topology.coordinate_slices``: the subsystems' ``I_j``, seed 000 eq. 20), at the
@@ -820,7 +819,7 @@ def _articulated(mech, params, frames, tau, f_ext):
     return _down(mech, forward, params.gravity, (s, bias_acc, solved))
 
 
-@eqx.filter_jit
+@compilation.jit
 def forward_dynamics(mech: Mechanism, q, qd, tau, f_ext=None) -> Float[Array, "... n"]:
     """Joint accelerations of the open tree under ``tau`` and body wrenches ``f_ext`` by the O(n)
     articulated-body recursion: solves ``I qdd = tau - C qd - gravity + N^T f_ext`` (armature in
@@ -859,7 +858,7 @@ def _motion(mech, params, frames, q, qd=None):
     )
 
 
-@eqx.filter_jit
+@compilation.jit
 def body_motion(mech: Mechanism, q, qd=None) -> Motion:
     """The bodies' `Motion` at ``q`` (and ``qd``): one base -> tips pass."""
     if qd is None:
@@ -879,7 +878,7 @@ def _subsystem_terms(mech, ranges, params, q, qd, tau, f_ext):
     return qdd, _inertia_blocks(mech, params, frames, ranges), _motion(mech, params, frames, q, qd)
 
 
-@eqx.filter_jit
+@compilation.jit
 def subsystem_terms(
     mech: Mechanism, q, qd, tau, ranges, f_ext=None
 ) -> tuple[Float[Array, "... n"], list[Float[Array, "... k k"]], Motion]:
@@ -897,7 +896,7 @@ def _subsystem_stack_terms(mech, groups, params, q, qd, tau, f_ext):
     return qdd, stacks, _motion(mech, params, frames, q, qd)
 
 
-@eqx.filter_jit
+@compilation.jit
 def subsystem_stack_terms(
     mech: Mechanism, q, qd, tau, groups, f_ext=None
 ) -> tuple[Float[Array, "... n"], list[Float[Array, "... g k k"]], Motion]:
@@ -914,7 +913,7 @@ def _system_terms(mech, params, q, qd, tau, f_ext):
     return tau - _joint_forces(mech, frames, f_ext), mass, _motion(mech, params, frames, q, qd)
 
 
-@eqx.filter_jit
+@compilation.jit
 def system_terms(
     mech: Mechanism, q, qd, tau, f_ext=None
 ) -> tuple[Float[Array, "... n"], Float[Array, "... n n"], Motion]:

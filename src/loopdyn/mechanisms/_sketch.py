@@ -13,10 +13,10 @@ import math
 import equinox as eqx
 import numpy as np
 
-from .. import kinematics
+from .. import compilation, kinematics
 from ..mechanism import GROUND, Mechanism, MechanismBuilder
 
-_try_assemble = eqx.filter_jit(kinematics.try_assemble)  # compiled once per topology
+_try_assemble = compilation.jit(kinematics.try_assemble)  # compiled once per topology
 
 
 def wrap(angle: float) -> float:

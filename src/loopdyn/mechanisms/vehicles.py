@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import energy, forces, kinematics
+from .. import compilation, energy, forces, kinematics
 from ..mechanism import GROUND, Mechanism
 from ._sketch import PlanarSketch, SpatialSketch, bar, frame_along, rod_inertia
 
@@ -255,7 +255,7 @@ def _balanced(mech: Mechanism) -> Mechanism:
     return eqx.tree_at(lambda m: m.spring_rest_length, mech, rest[None])
 
 
-@eqx.filter_jit
+@compilation.jit
 def _rest_length(mech):
     """At ``q0``, along the motion ``T`` (``J T = 0``), gravity's generalized force balances the
     spring's ``-k (L - L0) dL/dq``: solve for ``L0`` (the spring is built at ``L0 = L``, so the
