@@ -41,7 +41,7 @@ import mujoco
 import numpy as np
 
 import loopdyn
-from loopdyn import kinematics
+from loopdyn import compilation, kinematics
 
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -151,7 +151,7 @@ def loopdyn_calls(mech, q, v, tau, repeats, batch_methods):
         def f(*x, method=method, keep=keep):
             return loopdyn.forward_dynamics(mech, *x, method=method, independent=keep)[0]
 
-        jitted = jax.jit(f)
+        jitted = jax.jit(f, compiler_options=compilation.OPTIONS)
         compile_s, _ = first_call(jitted, *args[0])
         counter = iter(range(10**9))
         call = lambda: jitted(*args[next(counter) % n]).block_until_ready()

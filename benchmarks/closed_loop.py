@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import loopdyn
-from loopdyn import forward, kinematics, mechanisms, simulation, tree
+from loopdyn import compilation, forward, kinematics, mechanisms, simulation, tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -110,7 +110,7 @@ def bench_mechanism(name, batch, repeats):
     reference = None
     for method in ("system", *[m for m in METHODS if m != "system"]):
         solve = solver_for(mech, method)
-        single = eqx.filter_jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
+        single = compilation.jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
         batched = eqx.filter_jit(
             lambda mech, q, qd, tau: jax.vmap(lambda *x: solve(mech, *x).qdd)(q, qd, tau)
         )
@@ -415,7 +415,7 @@ def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
         np.savez(path, q=states[0], qd=states[1], tau=states[2])
         for method in methods:
             solve = solver_for(mech, method)
-            single = eqx.filter_jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
+            single = compilation.jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
             compile_s, out = first_call(single, mech, *one)
             row[method] = {
                 "compile_s": compile_s,
@@ -782,7 +782,8 @@ def markdown(raw):
         f"Medians over {raw['repeats']} repeats.",
         "- *Per core*: the benchmark process pins itself to one CPU before JAX starts, so XLA "
         "(one host device), Pinocchio (one thread) and MuJoCo share one core. *single*: one "
-        "`eqx.filter_jit` call through Python incl. dispatch; *batched*: `jit(vmap(f))` over "
+        "`loopdyn.compilation.jit` call through Python incl. dispatch (XLA options of "
+        "`loopdyn.compilation.OPTIONS`); *batched*: `jit(vmap(f))` over "
         f"B = {raw['batch']} random assembled states (independent coordinates held, velocities "
         "by `project_velocity`, random torques), time per state. Pinocchio: per call through "
         "Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10; planar "
