@@ -6,13 +6,14 @@ the ground for index -1). With ``R_a, R_b`` the frames' world rotations and ``p_
 world origins, every row is one of three kinds:
 
 - ``point(k)``: ``(p_b - p_a)_k``, component k of the gap between the origins, in world axes;
-- ``across(n)``: ``(R_a n) . (p_b - p_a)``, the gap across the direction ``n`` of frame a;
+- ``across(n)``: ``(R_a n) . (p_b - p_a)``, the gap across the direction ``n`` of frame a
+  (``across_b(n)``: ``(R_b n) . (p_b - p_a)``, across ``n`` of frame b);
 - ``angle(u, w)``: ``(R_a u) . (R_b w)``, zero while ``u`` of frame a is perpendicular to ``w``
   of frame b.
 
 Their time derivatives are linear in the world angular velocities ``omega`` and point velocities
 ``v`` of the cut frames: ``(v_b - v_a)_k``, ``(R_a n) . (v_b - v_a) + omega_a . ((R_a n) x gap)``
-and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at every q and not only at closure.
+(``omega_b`` for ``across_b``) and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at every q and not only at closure.
 J is built from those with the joint twists ``p_i`` of the spanning tree carried to the cut
 frames (``J = J_hat N`` with the DeNOC matrix ``N``, seed 000 §2.2 and eqs. 13-16), and
 ``J' qd`` from the twist-rates of the tree recursion (seed 000 eq. 9, ``Psi = -J' qd``): the
@@ -32,11 +33,12 @@ weld       point x, y, z; angle(x,y), (y,z), (z,x)    point x, y; angle(x, y)
 =========  =========================================  =======================================
 
 A spherical cut joint whose point rows are structurally redundant (a planar sub-loop closed by a
-``connect``, `loopdyn.redundancy`) keeps ``across n`` rows for the directions ``n`` of frame a
-listed in ``mech.reduced_points`` instead. A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
+``connect``, or rows dependent on another loop's, `loopdyn.redundancy`) keeps ``across n`` rows
+for the directions ``n`` of frame a listed in ``mech.reduced_points`` instead (``across_b n``
+for the cut joints in ``mech.reduced_on_b``). A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
 body b, the cross of the tree's universal joints. Signs: the multiplier of a ``point`` row is the
 force that body a exerts on body b at the cut joint, in world axes (planar: the 2-vectors of the
-seeds); that of an ``across`` row its component along ``R_a n``; that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
+seeds); that of an ``across`` row its component along ``R_a n`` (``R_b n``); that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ def _row_specs(mech, c):
     lock = [("angle", x, y), ("angle", y, z), ("angle", z, x)]
     reduced = dict(mech.reduced_points)
     if c in reduced:  # `loopdyn.redundancy`: the point rows that remain, across fixed directions
-        return [("across", jnp.asarray(n, axis.dtype)) for n in reduced[c]]
+        kind = "across_b" if c in mech.reduced_on_b else "across"
+        return [(kind, jnp.asarray(n, axis.dtype)) for n in reduced[c]]
     if kind in ("revolute", "prismatic"):
         s1, s2 = _basis(axis)
         if kind == "revolute":
@@ -136,12 +139,14 @@ def _row_specs(mech, c):
 
 class _Rows(NamedTuple):
     """All rows stacked as ``Phi_r = e_r . x_r``: ``e_r`` is ``u_r`` (point rows, world axes) or
-    ``R_a u_r`` (across and angle rows, turning with frame a); ``x_r`` is the gap ``p_b - p_a``,
-    or ``R_b w_r`` on angle rows. ``cut`` (static) is each row's cut joint; ``turning`` and
-    ``angle`` are 0/1 masks."""
+    ``R_a u_r`` (across and angle rows, turning with frame a) or ``R_b u_r`` (across_b rows);
+    ``x_r`` is the gap ``p_b - p_a``, or ``R_b w_r`` on angle rows. ``cut`` (static) is each
+    row's cut joint; ``turning``, ``on_b`` (``e_r`` turns with frame b) and ``angle`` are 0/1
+    masks."""
 
     cut: np.ndarray
     turning: np.ndarray
+    on_b: np.ndarray
     angle: np.ndarray
     u: Array
     w: Array
@@ -153,6 +158,7 @@ def _rows(mech) -> _Rows:
     return _Rows(
         cut=np.array([c for c, _ in specs], dtype=int),
         turning=np.array([spec[0] != "point" for _, spec in specs], dtype=float)[:, None],
+        on_b=np.array([spec[0] == "across_b" for _, spec in specs], dtype=float)[:, None],
         angle=np.array([spec[0] == "angle" for _, spec in specs], dtype=float)[:, None],
         u=jnp.stack([spec[1] for _, spec in specs]),
         w=jnp.stack([spec[2] if spec[0] == "angle" else zero for _, spec in specs]),
@@ -216,7 +222,8 @@ def _ends(mech, motion, jacobian=False):
 def _directions(ends, rows):
     """Per row: the vectors ``e`` and ``x`` of `_Rows`, in world axes."""
     rot_a, rot_b = ends.rotation[rows.cut, 0], ends.rotation[rows.cut, 1]
-    e = rows.turning * jnp.einsum("rij,rj->ri", rot_a, rows.u) + (1.0 - rows.turning) * rows.u
+    turn = rows.on_b[..., None] * rot_b + (1.0 - rows.on_b[..., None]) * rot_a
+    e = rows.turning * jnp.einsum("rij,rj->ri", turn, rows.u) + (1.0 - rows.turning) * rows.u
     gap = (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
     x = rows.angle * jnp.einsum("rij,rj->ri", rot_b, rows.w) + (1.0 - rows.angle) * gap
     return e, x
@@ -241,13 +248,15 @@ def _residual_at(mech, motion):
 
 
 def _jacobian(ends, rows, e, x):
-    """``d(e . x) = (e x x) . omega_a + e . dx`` with ``dx = v_b - v_a`` (gap) or
-    ``omega_b x x`` (angle rows), per row over the path of frame a and that of frame b:
-    ``(m, L)`` each (entries as in `_ends`)."""
-    cut = rows.cut
+    """``d(e . x) = (e x x) . omega_a + e . dx`` (``omega_b`` for across_b rows) with
+    ``dx = v_b - v_a`` (gap) or ``omega_b x x`` (angle rows), per row over the path of frame a
+    and that of frame b: ``(m, L)`` each (entries as in `_ends`)."""
+    cut, turn_b = rows.cut, rows.on_b * jnp.cross(e, x)
     on_b = rows.angle * jnp.einsum("ri,rli->rl", jnp.cross(x, e), ends.jac_angle[cut, 1])
     on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 1])
-    on_a = rows.turning * jnp.einsum("ri,rli->rl", jnp.cross(e, x), ends.jac_angle[cut, 0])
+    on_b = on_b + jnp.einsum("ri,rli->rl", turn_b, ends.jac_angle[cut, 1])
+    turn_a = rows.turning * (1.0 - rows.on_b) * jnp.cross(e, x)
+    on_a = jnp.einsum("ri,rli->rl", turn_a, ends.jac_angle[cut, 0])
     on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 0])
     return on_a, on_b
 
@@ -376,9 +385,12 @@ def _bias(ends, rows, e, x):
         dv = jnp.cross(omega, v)
         return dv, jnp.cross(alpha, v) + jnp.cross(omega, dv)
 
-    de, dde = turn(
-        e, rows.turning * ends.omega[rows.cut, 0], rows.turning * ends.alpha[rows.cut, 0]
-    )
+    def frame(rate):  # of the frame e turns with: a, or b for across_b rows (none: point rows)
+        return rows.turning * (
+            (1.0 - rows.on_b) * rate[rows.cut, 0] + rows.on_b * rate[rows.cut, 1]
+        )
+
+    de, dde = turn(e, frame(ends.omega), frame(ends.alpha))
     dw, ddw = turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1])
     dgap = (ends.velocity[:, 1] - ends.velocity[:, 0])[rows.cut]
     ddgap = (ends.acceleration[:, 1] - ends.acceleration[:, 0])[rows.cut]
