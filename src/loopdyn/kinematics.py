@@ -568,6 +568,18 @@ def _turns_at(mech, motion):
     return jnp.arccos(jnp.clip((jnp.trace(relative, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0))
 
 
+WRONG_GAP = 1e-6  # m: a cut joint reduced across loops with its points this far apart is open
+
+
+def _gaps_at(mech, motion):
+    """``|p_b - p_a|`` of each cut joint in ``mech.reduced_across``: its kept rows vanish also
+    where its points are apart along a dropped direction (a free body held by two connects, turned
+    a half turn about the line joining them), which is not closed."""
+    ends = _ends(mech, motion)
+    cuts = np.array(mech.reduced_across, dtype=int)
+    return jnp.linalg.norm(ends.position[cuts, 1] - ends.position[cuts, 0], axis=-1)
+
+
 class Assembly(NamedTuple):
     """Outcome of `try_assemble`: the configuration, ``|Phi(q)|`` there and whether it is within
     the tolerance with every locked frame pair aligned (`locked_turns` below `LOCKED_TURN`)."""
@@ -598,6 +610,7 @@ def _assembled(mech, q_guess, free, tol, max_iter):
     motion = tree.body_motion(mech, q)
     residual = jnp.linalg.norm(_residual_at(mech, motion))
     aligned = jnp.all(_turns_at(mech, motion) < LOCKED_TURN)
+    aligned = aligned & jnp.all(_gaps_at(mech, motion) < WRONG_GAP)
     return q, jax.lax.stop_gradient(residual), jax.lax.stop_gradient(aligned)
 
 
@@ -624,7 +637,8 @@ def assemble(
     result is differentiable with respect to the fixed coordinates of ``q_guess`` and the
     mechanism's parameters by the implicit function theorem. Raises ``ValueError`` with the
     residual when the loops do not close to ``tol``, and naming the cut joint where a weld's (or
-    prismatic joint's) frames end up at a wrong turn (`locked_turns`); under
+    prismatic joint's) frames end up at a wrong turn (`locked_turns`) or a joint reduced across
+    loops closes its kept rows with its points apart (`WRONG_GAP`); under
     ``jit``/``vmap``/``grad`` the error is raised by ``eqx.error_if`` at run time
     (`try_assemble` returns a flag instead).
     """
@@ -640,6 +654,15 @@ def assemble(
         )
     if not result.converged and result.residual <= tol:
         check_locked(mech, locked_turns(mech, result.q), "assemble")
+        gaps = np.asarray(_gaps_at(mech, tree.body_motion(mech, result.q)))
+        for c, gap in zip(mech.reduced_across, gaps):
+            if gap >= WRONG_GAP:
+                raise ValueError(
+                    f"assemble: the spherical cut joint {mech.cut_joints[c].name!r} has its kept "
+                    f"rows at zero with its two points {gap:.4g} apart along the direction it "
+                    "dropped as redundant across loops (`loopdyn.redundancy`): not closed; start "
+                    "from a configuration nearer the closed one"
+                )
     if not result.converged:
         phi, top = np.asarray(loop_residual(mech, result.q)), mech.topology
         worst = max(range(len(top.loops)), key=lambda i: np.linalg.norm(phi[top.rows(i)]))
@@ -705,8 +728,11 @@ def check_jacobian(
             )
     r, s = rank(jac)
     if r < top.num_rows:
+        null = np.linalg.svd(jac)[0][:, r:]  # the dependent combinations of rows
+        weight = [np.abs(null[top.rows(i)]).max(initial=0.0) for i in range(len(top.loops))]
+        named = [f"{i} ({loop.name!r})" for i, loop in enumerate(top.loops) if weight[i] > 1e-8]
         raise ValueError(
-            f"the constraint rows of different loops are dependent at this "
+            f"the constraint rows of loops {', '.join(named)} are dependent at this "
             f"configuration: rank {r} < {top.num_rows} rows (redundant loops or a singular pose)"
         )
     free = free_coordinates(mech, fixed)

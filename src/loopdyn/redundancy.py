@@ -152,7 +152,7 @@ def _cut_rows(cut, frames, gap, turn, kept):
     rows of the turns the joint locks."""
     frame_a, frame_b = frames
     if kept is not None:
-        directions, side = kept
+        directions, side = kept[:2]
         move = np.array(directions) @ frames[side].T @ gap
     else:
         move = _across(frame_a @ cut.axis) @ gap if cut.kind == "prismatic" else gap
@@ -168,7 +168,7 @@ def _gap_directions(frames, kept):
     """``(3, r)``: the world directions of a spherical cut joint's ``r`` gap rows."""
     if kept is None:
         return np.eye(3)
-    directions, side = kept
+    directions, side = kept[:2]
     return frames[side] @ np.array(directions).T
 
 
@@ -220,7 +220,7 @@ def _across_loops(states, joints, parent, cuts, couplings, kept):
             ]
             drop = _fixed_drop([at[c][0] for at in frames], restricted, kept.get(c))
             if drop is not None:
-                kept[c] = drop
+                kept[c] = (*drop, True)
                 break
         else:
             break  # no spherical cut joint can drop the dependent rows
@@ -235,8 +235,9 @@ def _coupling_rows(couplings, n, rng):
 
 def reduced_rows(joints, parent, quaternions, cuts, couplings=(), seed=0) -> dict[int, tuple]:
     """For each spherical cut joint whose point rows are structurally redundant, within its
-    loop or across loops (module docstring): the directions it keeps and the cut frame they are
-    fixed in, ``{cut index: (((n_x, n_y, n_z), ...), side)}`` (side 0: frame a, 1: frame b).
+    loop or across loops (module docstring): the directions it keeps, the cut frame they are
+    fixed in and whether rows were dropped across loops, ``{cut index: (((n_x, n_y, n_z), ...),
+    side, across)}`` (side 0: frame a, 1: frame b).
     ``joints`` are the tree joints in body order (``kind``, ``axis``, ``rotation``,
     ``position``, ``child_rotation``, ``child_position``), ``cuts`` the cut joints (``kind``,
     ``axis``, ``rotation`` and ``position`` on body a, ``child_rotation`` and
@@ -245,7 +246,7 @@ def reduced_rows(joints, parent, quaternions, cuts, couplings=(), seed=0) -> dic
     rank across loops."""
     rng = np.random.default_rng(seed)
     states = [_motion(joints, parent, set(quaternions), rng) for _ in range(STATES)]
-    kept = {c: (d, 0) for c, d in _within_loops(states, joints, parent, cuts).items()}
+    kept = {c: (d, 0, False) for c, d in _within_loops(states, joints, parent, cuts).items()}
     if len(cuts) + len(couplings) < 2:
         return kept
     coupled = [_coupling_rows(couplings, len(parent), rng) for _ in states]
