@@ -13,7 +13,8 @@ world origins, every row is one of three kinds:
 
 Their time derivatives are linear in the world angular velocities ``omega`` and point velocities
 ``v`` of the cut frames: ``(v_b - v_a)_k``, ``(R_a n) . (v_b - v_a) + omega_a . ((R_a n) x gap)``
-(``omega_b`` for ``across_b``) and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at every q and not only at closure.
+(``omega_b`` for ``across_b``) and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at
+every q and not only at closure.
 J is built from those with the joint twists ``p_i`` of the spanning tree carried to the cut
 frames (``J = J_hat N`` with the DeNOC matrix ``N``, seed 000 §2.2 and eqs. 13-16), and
 ``J' qd`` from the twist-rates of the tree recursion (seed 000 eq. 9, ``Psi = -J' qd``): the
@@ -582,7 +583,8 @@ def _gaps_at(mech, motion):
 
 class Assembly(NamedTuple):
     """Outcome of `try_assemble`: the configuration, ``|Phi(q)|`` there and whether it is within
-    the tolerance with every locked frame pair aligned (`locked_turns` below `LOCKED_TURN`)."""
+    the tolerance with every locked frame pair aligned (`locked_turns` below `LOCKED_TURN`) and
+    the points of every joint reduced across loops together (`WRONG_GAP`)."""
 
     q: Float[Array, " n"]
     residual: Float[Array, ""]
