@@ -11,7 +11,7 @@ import pathlib
 import mujoco
 import numpy as np
 import pytest
-from support.mujoco_kkt import compare, evaluate, load, mujoco_model
+from support.mujoco_kkt import compare, evaluate, kkt_reference, load, mujoco_model, reference_model
 
 import loopdyn
 from loopdyn import configuration, kinematics
@@ -135,18 +135,32 @@ def test_site_welds_close_where_mujoco_does():
     assert np.abs(data.efc_pos[equality]).max() < 1e-8
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="two connects on one free body (island_efc.xml) make 6 rows of rank 5 across two "
-    "loops; loopdyn drops redundant rows within a loop only, and forward_dynamics refuses "
-    "(MuJoCo simulates it; the motion is unique)",
-)
 def test_redundant_rows_across_loops():
+    """Two connects on one free body (island_efc.xml): six point rows of rank 5 across two
+    loops. The later connect keeps its two rows across the line joining the anchors (the free
+    body's x axis, its frame b: `loopdyn.redundancy`); at an assembled state every method's
+    accelerations equal the least-squares KKT solve of MuJoCo's terms with its full,
+    rank-deficient rows (the motion is unique), and each other."""
     path = PUBLISHED / ENGINE / "island" / "island_efc.xml"
     mech = load(path, unsupported="warn")[0]
-    q = kinematics.assemble(mech, mech.q0)
-    loopdyn.forward_dynamics(mech, q, np.zeros(mech.nv), np.zeros(mech.nv))
+    assert mech.reduced_points == ((1, ((0.0, 1.0, 0.0), (0.0, 0.0, 1.0))),)
+    assert mech.reduced_on_b == (1,) and mech.topology.num_rows == 6
+    model, data, _ = reference_model(path, mech, True)
+    rng = np.random.default_rng(0)
+    q = configuration.integrate(mech, mech.q0, 0.2 * rng.standard_normal(mech.nv))
+    q = np.asarray(kinematics.assemble(mech, q))
+    v = np.asarray(kinematics.project_velocity(mech, q, rng.standard_normal(mech.nv)))
+    tau = rng.standard_normal(mech.nv)
+    expected = kkt_reference(model, data, q, v, tau)
+    equality = data.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+    rows = data.efc_J.reshape(data.nefc, model.nv)[equality]
+    assert rows.shape[0] == 7 and np.linalg.matrix_rank(rows) == 6  # MuJoCo's rows: redundant
+    scale = np.abs(expected).max()
+    qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, method="system")
+    np.testing.assert_allclose(qdd, expected, rtol=0, atol=2e-13 * scale)  # measured 2.0e-14
+    for method in loopdyn.forward.METHODS:
+        other, _ = loopdyn.forward_dynamics(mech, q, v, tau, method=method)
+        np.testing.assert_allclose(other, qdd, rtol=0, atol=3e-13 * scale)  # sslm: 2.6e-14
 
 
 def test_an_equality_without_freedoms_loads():

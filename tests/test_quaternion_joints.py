@@ -2,6 +2,7 @@
 between q and v, and closed loops with a free base, against MuJoCo; a free body's flip about its
 intermediate axis against the analytic period and the conservation laws."""
 
+import dataclasses
 import pathlib
 import warnings
 
@@ -18,6 +19,7 @@ import loopdyn
 from loopdyn import configuration, forces, kinematics, tree
 from loopdyn.io import keyframes
 from loopdyn.mechanism import MechanismBuilder
+from loopdyn.topology import analyse
 
 PUBLISHED = pathlib.Path(__file__).parent / "data" / "published"
 
@@ -236,6 +238,71 @@ def test_redundant_point_rows_are_dropped():
     kinematics.check_jacobian(spatial, q)  # full rank now
     rssr = loopdyn.load_mjcf(pathlib.Path(__file__).parent / "data" / "rssr.xml")
     assert rssr.reduced_points == ()
+
+
+def _held_box(box_is_a, weld=False):
+    """A free box held at two points 0.2 apart on its x axis by spherical cut joints to the
+    ground (the box is body a of the first, and of the second where ``box_is_a``), or by a weld
+    and a spherical one."""
+    b = MechanismBuilder(gravity=(0.0, 0.0, -9.81))
+    b.add_body("box", 2.0, com=(0.03, 0.02, -0.01), inertia=(0.02, 0.03, 0.04))
+    b.add_joint("float", "free", "ground", "box")
+    b.add_joint("left", "weld" if weld else "spherical", "box", "ground", cut=True,
+                position=(-0.1, 0.0, 0.0), child_position=(-0.1, 0.0, 0.0))  # fmt: skip
+    ends = [("box", (0.1, 0.0, 0.0)), ("ground", (0.1, 0.0, 0.0))][:: 1 if box_is_a else -1]
+    b.add_joint("right", "spherical", ends[0][0], ends[1][0], cut=True,
+                position=ends[0][1], child_position=ends[1][1])  # fmt: skip
+    return b.build()
+
+
+def test_rows_redundant_across_loops_are_dropped():
+    """Two spherical cut joints on one free box: six point rows of rank 5 over two loops (the
+    distance between the anchors is fixed twice). The later joint keeps its rows across the
+    anchors' line, in the box's frame: frame b (``reduced_on_b``) or a. Both models move alike;
+    all methods agree; the least-squares KKT solve with the full, rank-deficient rows gives the
+    same accelerations (the motion is unique); the kept multipliers, with zero force along the
+    line, give the same joint forces as the full rows. `assemble` refuses the box closed half a
+    turn over, where the kept rows vanish with the anchors apart along the line. A weld with a connect is refused, naming
+    both loops: no direction fixed in a frame can be dropped."""
+    rng = np.random.default_rng(2)
+    reference = None
+    for box_is_a in (False, True):
+        mech = _held_box(box_is_a)
+        assert mech.reduced_points == ((1, ((0.0, 1.0, 0.0), (0.0, 0.0, 1.0))),)
+        assert mech.reduced_on_b == (() if box_is_a else (1,))
+        if reference is None:
+            q = configuration.integrate(mech, mech.q0, 0.2 * rng.standard_normal(mech.nv))
+            q = kinematics.assemble(mech, q)
+            qd = kinematics.project_velocity(mech, q, rng.standard_normal(mech.nv))
+            tau = rng.standard_normal(mech.nv)
+        qdd, lam = loopdyn.forward_dynamics(mech, q, qd, tau, method="system")
+        reference = qdd if reference is None else reference
+        np.testing.assert_allclose(qdd, reference, rtol=0, atol=1e-12 * np.abs(qdd).max())
+        for method in loopdyn.forward.METHODS[1:] if box_is_a else ():
+            other, _ = loopdyn.forward_dynamics(mech, q, qd, tau, method=method)
+            np.testing.assert_allclose(other, qdd, rtol=0, atol=1e-12 * np.abs(qdd).max())
+        topology = analyse(mech.parent, mech.cut_joints, False)  # all rows
+        full = dataclasses.replace(mech, reduced_points=(), reduced_on_b=(), topology=topology)
+        _, jac, bias = (np.asarray(x) for x in kinematics.loop_terms(full, q, qd))
+        assert np.linalg.matrix_rank(jac) == 5
+        mass = np.asarray(tree.mass_matrix(mech, q))
+        reduced = np.asarray(kinematics.loop_jacobian(mech, q))
+        phi = mass @ qdd - reduced.T @ lam  # I qdd = phi + J' lam
+        kkt = np.block([[mass, -jac.T], [jac, np.zeros((6, 6))]])
+        solution = np.linalg.lstsq(kkt, np.concatenate([phi, -bias]), rcond=None)[0]
+        np.testing.assert_allclose(solution[: mech.nv], qdd, rtol=0, atol=1e-12 * np.abs(qdd).max())
+        box = np.asarray(kinematics.body_poses(mech, q)[1][-1])
+        held = np.concatenate([lam[:3], box @ np.array([0.0, *lam[3:]])])
+        np.testing.assert_allclose(jac.T @ held, reduced.T @ lam, atol=1e-12 * np.abs(lam).max())
+    flipped = jnp.array([-0.2, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0])  # half a turn about y: 0.4 apart
+    with pytest.raises(
+        ValueError, match="'right' has its kept rows at zero with its two points 0.4"
+    ):
+        kinematics.assemble(mech, flipped)
+    weld = _held_box(True, weld=True)
+    assert weld.reduced_points == ()
+    with pytest.raises(ValueError, match=r"loops 0 \('left'\), 1 \('right'\) are dependent"):
+        kinematics.check_jacobian(weld, weld.q0)  # as forward_dynamics raises
 
 
 @pytest.fixture(scope="module")

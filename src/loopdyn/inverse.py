@@ -320,14 +320,14 @@ def _row_wrenches(mech, q):
     """World wrenches ``[n; f]`` (about the world origin) that a unit multiplier of every
     constraint row applies to body b and body a of its cut joint, ``(r, 2, 6)``, and frame b's
     origin of every cut joint ``(c, 3)``. Per row (rows of `kinematics`): a point or across row
-    pushes with ``e`` at frame b's origin (on body a, for a point row, at frame a's: the
-    derivative of the row), an angle row turns body b with the moment ``x X e``; body a gets the
-    opposite."""
+    pushes with ``e`` at frame b's origin (on body a, for a point row, at frame a's; an across_b
+    row at frame a's on both bodies: the derivative of the row), an angle row turns body b with
+    the moment ``x X e``; body a gets the opposite."""
     ends, rows = kinematics._ends(mech, tree.body_motion(mech, q)), kinematics._rows(mech)
     e, x = kinematics._directions(ends, rows)
     p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
-    push = 1.0 - rows.angle
-    on_b = jnp.concatenate([push * jnp.cross(p_b, e) + rows.angle * jnp.cross(x, e), push * e], -1)
+    push, at = 1.0 - rows.angle, p_b - rows.on_b * (p_b - p_a)
+    on_b = jnp.concatenate([push * jnp.cross(at, e) + rows.angle * jnp.cross(x, e), push * e], -1)
     lever = (1.0 - rows.turning) * jnp.cross(p_b - p_a, e)
     on_a = -on_b + jnp.concatenate([lever, jnp.zeros_like(lever)], -1)
     return jnp.stack([on_b, on_a], axis=1), ends.position[:, 1]

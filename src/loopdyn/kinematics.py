@@ -6,13 +6,15 @@ the ground for index -1). With ``R_a, R_b`` the frames' world rotations and ``p_
 world origins, every row is one of three kinds:
 
 - ``point(k)``: ``(p_b - p_a)_k``, component k of the gap between the origins, in world axes;
-- ``across(n)``: ``(R_a n) . (p_b - p_a)``, the gap across the direction ``n`` of frame a;
+- ``across(n)``: ``(R_a n) . (p_b - p_a)``, the gap across the direction ``n`` of frame a
+  (``across_b(n)``: ``(R_b n) . (p_b - p_a)``, across ``n`` of frame b);
 - ``angle(u, w)``: ``(R_a u) . (R_b w)``, zero while ``u`` of frame a is perpendicular to ``w``
   of frame b.
 
 Their time derivatives are linear in the world angular velocities ``omega`` and point velocities
 ``v`` of the cut frames: ``(v_b - v_a)_k``, ``(R_a n) . (v_b - v_a) + omega_a . ((R_a n) x gap)``
-and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at every q and not only at closure.
+(``omega_b`` for ``across_b``) and ``(omega_b - omega_a) . ((R_b w) x (R_a u))``, exactly, at
+every q and not only at closure.
 J is built from those with the joint twists ``p_i`` of the spanning tree carried to the cut
 frames (``J = J_hat N`` with the DeNOC matrix ``N``, seed 000 §2.2 and eqs. 13-16), and
 ``J' qd`` from the twist-rates of the tree recursion (seed 000 eq. 9, ``Psi = -J' qd``): the
@@ -32,11 +34,12 @@ weld       point x, y, z; angle(x,y), (y,z), (z,x)    point x, y; angle(x, y)
 =========  =========================================  =======================================
 
 A spherical cut joint whose point rows are structurally redundant (a planar sub-loop closed by a
-``connect``, `loopdyn.redundancy`) keeps ``across n`` rows for the directions ``n`` of frame a
-listed in ``mech.reduced_points`` instead. A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
+``connect``, or rows dependent on another loop's, `loopdyn.redundancy`) keeps ``across n`` rows
+for the directions ``n`` of frame a listed in ``mech.reduced_points`` instead (``across_b n``
+for the cut joints in ``mech.reduced_on_b``). A universal cut joint keeps the joint frame's x axis on body a perpendicular to its y axis on
 body b, the cross of the tree's universal joints. Signs: the multiplier of a ``point`` row is the
 force that body a exerts on body b at the cut joint, in world axes (planar: the 2-vectors of the
-seeds); that of an ``across`` row its component along ``R_a n``; that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
+seeds); that of an ``across`` row its component along ``R_a n`` (``R_b n``); that of an ``angle`` row is the moment ``lambda (R_b w) x (R_a u)`` on body b.
 """
 
 from __future__ import annotations
@@ -123,7 +126,8 @@ def _row_specs(mech, c):
     lock = [("angle", x, y), ("angle", y, z), ("angle", z, x)]
     reduced = dict(mech.reduced_points)
     if c in reduced:  # `loopdyn.redundancy`: the point rows that remain, across fixed directions
-        return [("across", jnp.asarray(n, axis.dtype)) for n in reduced[c]]
+        kind = "across_b" if c in mech.reduced_on_b else "across"
+        return [(kind, jnp.asarray(n, axis.dtype)) for n in reduced[c]]
     if kind in ("revolute", "prismatic"):
         s1, s2 = _basis(axis)
         if kind == "revolute":
@@ -136,12 +140,14 @@ def _row_specs(mech, c):
 
 class _Rows(NamedTuple):
     """All rows stacked as ``Phi_r = e_r . x_r``: ``e_r`` is ``u_r`` (point rows, world axes) or
-    ``R_a u_r`` (across and angle rows, turning with frame a); ``x_r`` is the gap ``p_b - p_a``,
-    or ``R_b w_r`` on angle rows. ``cut`` (static) is each row's cut joint; ``turning`` and
-    ``angle`` are 0/1 masks."""
+    ``R_a u_r`` (across and angle rows, turning with frame a) or ``R_b u_r`` (across_b rows);
+    ``x_r`` is the gap ``p_b - p_a``, or ``R_b w_r`` on angle rows. ``cut`` (static) is each
+    row's cut joint; ``turning``, ``on_b`` (``e_r`` turns with frame b) and ``angle`` are 0/1
+    masks."""
 
     cut: np.ndarray
     turning: np.ndarray
+    on_b: np.ndarray
     angle: np.ndarray
     u: Array
     w: Array
@@ -153,6 +159,7 @@ def _rows(mech) -> _Rows:
     return _Rows(
         cut=np.array([c for c, _ in specs], dtype=int),
         turning=np.array([spec[0] != "point" for _, spec in specs], dtype=float)[:, None],
+        on_b=np.array([spec[0] == "across_b" for _, spec in specs], dtype=float)[:, None],
         angle=np.array([spec[0] == "angle" for _, spec in specs], dtype=float)[:, None],
         u=jnp.stack([spec[1] for _, spec in specs]),
         w=jnp.stack([spec[2] if spec[0] == "angle" else zero for _, spec in specs]),
@@ -216,7 +223,8 @@ def _ends(mech, motion, jacobian=False):
 def _directions(ends, rows):
     """Per row: the vectors ``e`` and ``x`` of `_Rows`, in world axes."""
     rot_a, rot_b = ends.rotation[rows.cut, 0], ends.rotation[rows.cut, 1]
-    e = rows.turning * jnp.einsum("rij,rj->ri", rot_a, rows.u) + (1.0 - rows.turning) * rows.u
+    turn = rows.on_b[..., None] * rot_b + (1.0 - rows.on_b[..., None]) * rot_a
+    e = rows.turning * jnp.einsum("rij,rj->ri", turn, rows.u) + (1.0 - rows.turning) * rows.u
     gap = (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
     x = rows.angle * jnp.einsum("rij,rj->ri", rot_b, rows.w) + (1.0 - rows.angle) * gap
     return e, x
@@ -241,13 +249,15 @@ def _residual_at(mech, motion):
 
 
 def _jacobian(ends, rows, e, x):
-    """``d(e . x) = (e x x) . omega_a + e . dx`` with ``dx = v_b - v_a`` (gap) or
-    ``omega_b x x`` (angle rows), per row over the path of frame a and that of frame b:
-    ``(m, L)`` each (entries as in `_ends`)."""
-    cut = rows.cut
+    """``d(e . x) = (e x x) . omega_a + e . dx`` (``omega_b`` for across_b rows) with
+    ``dx = v_b - v_a`` (gap) or ``omega_b x x`` (angle rows), per row over the path of frame a
+    and that of frame b: ``(m, L)`` each (entries as in `_ends`)."""
+    cut, turn_b = rows.cut, rows.on_b * jnp.cross(e, x)
     on_b = rows.angle * jnp.einsum("ri,rli->rl", jnp.cross(x, e), ends.jac_angle[cut, 1])
     on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 1])
-    on_a = rows.turning * jnp.einsum("ri,rli->rl", jnp.cross(e, x), ends.jac_angle[cut, 0])
+    on_b = on_b + jnp.einsum("ri,rli->rl", turn_b, ends.jac_angle[cut, 1])
+    turn_a = rows.turning * (1.0 - rows.on_b) * jnp.cross(e, x)
+    on_a = jnp.einsum("ri,rli->rl", turn_a, ends.jac_angle[cut, 0])
     on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 0])
     return on_a, on_b
 
@@ -376,9 +386,12 @@ def _bias(ends, rows, e, x):
         dv = jnp.cross(omega, v)
         return dv, jnp.cross(alpha, v) + jnp.cross(omega, dv)
 
-    de, dde = turn(
-        e, rows.turning * ends.omega[rows.cut, 0], rows.turning * ends.alpha[rows.cut, 0]
-    )
+    def frame(rate):  # of the frame e turns with: a, or b for across_b rows (none: point rows)
+        return rows.turning * (
+            (1.0 - rows.on_b) * rate[rows.cut, 0] + rows.on_b * rate[rows.cut, 1]
+        )
+
+    de, dde = turn(e, frame(ends.omega), frame(ends.alpha))
     dw, ddw = turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1])
     dgap = (ends.velocity[:, 1] - ends.velocity[:, 0])[rows.cut]
     ddgap = (ends.acceleration[:, 1] - ends.acceleration[:, 0])[rows.cut]
@@ -556,9 +569,22 @@ def _turns_at(mech, motion):
     return jnp.arccos(jnp.clip((jnp.trace(relative, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0))
 
 
+WRONG_GAP = 1e-6  # m: a cut joint reduced across loops with its points this far apart is open
+
+
+def _gaps_at(mech, motion):
+    """``|p_b - p_a|`` of each cut joint in ``mech.reduced_across``: its kept rows vanish also
+    where its points are apart along a dropped direction (a free body held by two connects, turned
+    a half turn about the line joining them), which is not closed."""
+    ends = _ends(mech, motion)
+    cuts = np.array(mech.reduced_across, dtype=int)
+    return jnp.linalg.norm(ends.position[cuts, 1] - ends.position[cuts, 0], axis=-1)
+
+
 class Assembly(NamedTuple):
     """Outcome of `try_assemble`: the configuration, ``|Phi(q)|`` there and whether it is within
-    the tolerance with every locked frame pair aligned (`locked_turns` below `LOCKED_TURN`)."""
+    the tolerance with every locked frame pair aligned (`locked_turns` below `LOCKED_TURN`) and
+    the points of every joint reduced across loops together (`WRONG_GAP`)."""
 
     q: Float[Array, " n"]
     residual: Float[Array, ""]
@@ -586,6 +612,7 @@ def _assembled(mech, q_guess, free, tol, max_iter):
     motion = tree.body_motion(mech, q)
     residual = jnp.linalg.norm(_residual_at(mech, motion))
     aligned = jnp.all(_turns_at(mech, motion) < LOCKED_TURN)
+    aligned = aligned & jnp.all(_gaps_at(mech, motion) < WRONG_GAP)
     return q, jax.lax.stop_gradient(residual), jax.lax.stop_gradient(aligned)
 
 
@@ -612,7 +639,8 @@ def assemble(
     result is differentiable with respect to the fixed coordinates of ``q_guess`` and the
     mechanism's parameters by the implicit function theorem. Raises ``ValueError`` with the
     residual when the loops do not close to ``tol``, and naming the cut joint where a weld's (or
-    prismatic joint's) frames end up at a wrong turn (`locked_turns`); under
+    prismatic joint's) frames end up at a wrong turn (`locked_turns`) or a joint reduced across
+    loops closes its kept rows with its points apart (`WRONG_GAP`); under
     ``jit``/``vmap``/``grad`` the error is raised by ``eqx.error_if`` at run time
     (`try_assemble` returns a flag instead).
     """
@@ -628,6 +656,15 @@ def assemble(
         )
     if not result.converged and result.residual <= tol:
         check_locked(mech, locked_turns(mech, result.q), "assemble")
+        gaps = np.asarray(_gaps_at(mech, tree.body_motion(mech, result.q)))
+        for c, gap in zip(mech.reduced_across, gaps):
+            if gap >= WRONG_GAP:
+                raise ValueError(
+                    f"assemble: the spherical cut joint {mech.cut_joints[c].name!r} has its kept "
+                    f"rows at zero with its two points {gap:.4g} apart along the direction it "
+                    "dropped as redundant across loops (`loopdyn.redundancy`): not closed; start "
+                    "from a configuration nearer the closed one"
+                )
     if not result.converged:
         phi, top = np.asarray(loop_residual(mech, result.q)), mech.topology
         worst = max(range(len(top.loops)), key=lambda i: np.linalg.norm(phi[top.rows(i)]))
@@ -693,8 +730,11 @@ def check_jacobian(
             )
     r, s = rank(jac)
     if r < top.num_rows:
+        null = np.linalg.svd(jac)[0][:, r:]  # the dependent combinations of rows
+        weight = [np.abs(null[top.rows(i)]).max(initial=0.0) for i in range(len(top.loops))]
+        named = [f"{i} ({loop.name!r})" for i, loop in enumerate(top.loops) if weight[i] > 1e-8]
         raise ValueError(
-            f"the constraint rows of different loops are dependent at this "
+            f"the constraint rows of loops {', '.join(named)} are dependent at this "
             f"configuration: rank {r} < {top.num_rows} rows (redundant loops or a singular pose)"
         )
     free = free_coordinates(mech, fixed)

@@ -108,7 +108,8 @@ class Mechanism(eqx.Module):
     no quaternions (``quaternion_slots``: the first body of each ball; `configuration_layout`).
     Cut-joint arrays are indexed like ``cut_joints``; ``reduced_points`` lists the spherical cut
     joints whose structurally redundant point rows were dropped, with the directions in cut frame
-    a that remain (`loopdyn.redundancy`). ``q0`` (``nq``) is the reference configuration the
+    a that remain, in frame b for the cut joints in ``reduced_on_b``; ``reduced_across`` names
+    those whose rows were redundant across loops (`loopdyn.redundancy`). ``q0`` (``nq``) is the reference configuration the
     model was described in (like MuJoCo's ``qpos0``): a starting point for assembly and
     simulation. Springs are linear
     point-to-point spring-dampers between ``spring_point_a`` on body ``spring_bodies[k][0]`` and
@@ -199,6 +200,8 @@ class Mechanism(eqx.Module):
     reduced_points: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = eqx.field(
         static=True, default=()
     )
+    reduced_on_b: tuple[int, ...] = eqx.field(static=True, default=())
+    reduced_across: tuple[int, ...] = eqx.field(static=True, default=())
     coupling_names: tuple[str, ...] = eqx.field(static=True, default=())
 
     @property
@@ -895,8 +898,12 @@ class MechanismBuilder:
         reduced = (
             {}
             if self.planar
-            else redundancy.reduced_point_rows(
-                joints, parents, quaternions, [(j, index[j.parent], index[j.child]) for j in cuts]
+            else redundancy.reduced_rows(
+                joints,
+                parents,
+                quaternions,
+                [(j, index[j.parent], index[j.child]) for j in cuts],
+                [(f, s, c[3]) for f, s, c in zip(first, second, self._couplings)],
             )
         )
         structure = analyse(  # loops, subsystems, block pattern; refuses bad loops
@@ -906,7 +913,7 @@ class MechanismBuilder:
             actuated=[k for k, j in enumerate(joints) if j.actuated],
             body_names=order,
             internal=[b.internal for b in bodies],
-            row_counts={c: len(rows) for c, rows in reduced.items()},
+            row_counts={c: len(rows) for c, (rows, _, _) in reduced.items()},
             couplings=[(c[0], used) for c, used in zip(self._couplings, coupled)],
         )
         return Mechanism(
@@ -953,7 +960,9 @@ class MechanismBuilder:
             cut_joints=cut_joints,
             topology=structure,
             quaternion_slots=quaternions,
-            reduced_points=tuple(sorted(reduced.items())),
+            reduced_points=tuple((c, rows) for c, (rows, _, _) in sorted(reduced.items())),
+            reduced_on_b=tuple(c for c, (_, side, _) in sorted(reduced.items()) if side),
+            reduced_across=tuple(c for c, (_, _, across) in sorted(reduced.items()) if across),
         )
 
     @staticmethod

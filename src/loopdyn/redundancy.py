@@ -14,6 +14,24 @@ force components along those ``n`` (turning with frame a), the force along the d
 directions being zero: a documented choice among the many multipliers that give the same motion.
 A rank deficit that changes with the configuration is a singular pose, not a structure, and is
 left to `kinematics.check_jacobian`.
+
+Rows of different loops can be dependent too: two spherical cut joints holding one free body
+(MuJoCo's ``island_efc.xml``) fix the distance between the two anchors twice, so their six point
+rows have rank 5 on the body's six coordinates. Rule: after the step above, the rank of all
+loops' rows together (their form at closure, where the gap terms vanish, over each loop's own
+coordinates; couplings' rows included) is measured at the same configurations. Where it is short
+at every one, by the same amount, the spherical cut joints are tried from the last to the first:
+the left null space of all rows, restricted to that joint's rows, spans the world directions
+along which its rows depend on the others'; if that span is fixed in its cut frame a, else in
+frame b (the frame of its kept directions, if reduced already), at every configuration, the joint
+drops it and keeps the rows across the rest of that frame (`kinematics`' ``across`` or
+``across_b`` rows), and the rank is measured again. In ``island_efc.xml`` the later connect keeps
+the two rows across the line joining the anchors, fixed in the free body, its frame b
+(``mech.reduced_on_b``). As above the motion is unchanged and the multipliers are the force along
+the kept directions, the dropped rows carrying zero force. A deficit that no such drop removes
+(a dependence among rows of other kinds, a direction turning in both frames, or one that would
+leave a joint no rows) is kept: `forward_dynamics` refuses and `kinematics.check_jacobian` names
+the loops, as before.
 """
 
 from __future__ import annotations
@@ -69,50 +87,170 @@ def _motion(joints, parent, quaternions, rng):
     return rotation, origin, axes, points
 
 
-def reduced_point_rows(joints, parent, quaternions, cuts, seed=0) -> dict[int, tuple]:
-    """For each spherical cut joint whose point rows are structurally redundant (module
-    docstring): the directions in cut frame a to keep, ``{cut index: ((n_x, n_y, n_z), ...)}``.
-    ``joints`` are the tree joints in body order (``kind``, ``axis``, ``rotation``, ``position``,
-    ``child_rotation``, ``child_position``), ``cuts`` the cut joints (``kind``, ``rotation``,
-    ``position`` on body a, ``child_position`` on body b) with their body indices ``(a, b)``."""
-    rng = np.random.default_rng(seed)
-    states = [_motion(joints, parent, set(quaternions), rng) for _ in range(STATES)]
+def _frames(state, cut, a, b):
+    """World rotations of cut frames a and b and their origins at one configuration."""
+    rotation, origin = state[:2]
+    frame_a = (np.eye(3) if a < 0 else rotation[a]) @ cut.rotation
+    frame_b = (np.eye(3) if b < 0 else rotation[b]) @ cut.child_rotation
+    end_a = cut.position if a < 0 else origin[a] + rotation[a] @ cut.position
+    end_b = cut.child_position if b < 0 else origin[b] + rotation[b] @ cut.child_position
+    return (frame_a, frame_b), (end_a, end_b)
+
+
+def _velocities(joints, parent, state, a, b, ends):
+    """``(3, n)`` Jacobians of the gap's velocity ``v_b - v_a`` and of ``omega_b - omega_a`` at
+    closure: over the loop's own coordinates only (those above the common ancestor move both
+    ends alike once the gap is closed)."""
+    _, _, axes, points = state
+    side_a, _, side_b = loop_sides(parent, a, b)
+    gap, turn = np.zeros((3, len(parent))), np.zeros((3, len(parent)))
+    for sign, side, end in ((-1.0, side_a, ends[0]), (1.0, side_b, ends[1])):
+        for k in side:
+            revolute = joints[k].kind == "revolute"
+            gap[:, k] = sign * (np.cross(axes[k], end - points[k]) if revolute else axes[k])
+            turn[:, k] = sign * axes[k] if revolute else 0.0
+    return gap, turn
+
+
+def _rank(matrix):
+    """Left singular vectors of ``matrix`` (columns) and its numerical rank."""
+    u, s, _ = np.linalg.svd(matrix)
+    return u, int(np.sum(s > _RTOL * s[0])) if s.size and s[0] > 0 else 0
+
+
+def _within_loops(states, joints, parent, cuts):
+    """``{cut: directions in frame a}`` of the spherical cut joints whose point rows are
+    redundant within their own loop (module docstring)."""
     out = {}
     for c, (cut, a, b) in enumerate(cuts):
         if cut.kind != "spherical":
             continue
-        side_a, _, side_b = loop_sides(parent, a, b)
-        sides = [(-1.0, k, a) for k in side_a] + [(1.0, k, b) for k in side_b]
         kept = []
-        for rotation, origin, axes, points in states:
-            frame_a = (np.eye(3) if a < 0 else rotation[a]) @ cut.rotation
-            ends = {
-                a: cut.position if a < 0 else origin[a] + rotation[a] @ cut.position,
-                b: cut.child_position if b < 0 else origin[b] + rotation[b] @ cut.child_position,
-            }
-            columns = [
-                sign
-                * (
-                    np.cross(axes[k], ends[end] - points[k])
-                    if joints[k].kind == "revolute"
-                    else axes[k]
-                )
-                for sign, k, end in sides
-            ]
-            if not columns:
-                break
-            u, s, _ = np.linalg.svd(np.array(columns).T)
-            rank = int(np.sum(s > _RTOL * s[0]))
+        for state in states:
+            (frame_a, _), ends = _frames(state, cut, a, b)
+            u, rank = _rank(_velocities(joints, parent, state, a, b, ends)[0])
             kept.append(frame_a.T @ u[:, :rank])
-        if len(kept) < STATES or kept[0].shape[1] == 3:
+        if kept[0].shape[1] in (0, 3):
             continue
         projector = [k @ k.T for k in kept]
-        if kept[0].shape[1] and all(
+        if all(
             k.shape == kept[0].shape and np.abs(p - projector[0]).max() < _SAME
             for k, p in zip(kept, projector)
         ):
             out[c] = _basis(projector[0], kept[0].shape[1])
     return out
+
+
+def _across(axis):
+    """``(2, 3)``: an orthonormal basis of the plane normal to ``axis``."""
+    return np.linalg.svd(axis[None])[2][1:]
+
+
+def _cut_rows(cut, frames, gap, turn, kept):
+    """The rows of one cut joint at closure ``(r, n)`` (their span; `kinematics`' rows): the gap
+    rows along world axes or, where reduced, along the kept directions of their frame, then the
+    rows of the turns the joint locks."""
+    frame_a, frame_b = frames
+    if kept is not None:
+        directions, side = kept[:2]
+        move = np.array(directions) @ frames[side].T @ gap
+    else:
+        move = _across(frame_a @ cut.axis) @ gap if cut.kind == "prismatic" else gap
+    lock = {
+        "spherical": np.zeros((0, 3)),
+        "revolute": _across(frame_a @ cut.axis),
+        "universal": np.cross(frame_b[:, 1], frame_a[:, 0])[None],
+    }.get(cut.kind, np.eye(3))
+    return np.vstack([move, lock @ turn])
+
+
+def _gap_directions(frames, kept):
+    """``(3, r)``: the world directions of a spherical cut joint's ``r`` gap rows."""
+    if kept is None:
+        return np.eye(3)
+    directions, side = kept[:2]
+    return frames[side] @ np.array(directions).T
+
+
+def _fixed_drop(frames, restricted, kept):
+    """The directions a spherical cut joint keeps, ``(directions, side)``, once it drops those
+    its rows depend on the others along: the world directions ``restricted`` (one ``(3, k)`` per
+    configuration), if they span a space fixed in cut frame a (else b; the frame of its kept
+    directions if already reduced) at every configuration and it keeps at least one row; else
+    None."""
+    spans = [np.linalg.svd(w)[:2] for w in restricted]  # w: rows of orthonormal null vectors
+    dropped = int(np.sum(spans[0][1] > _SAME))
+    if not dropped or any(np.sum(s > _SAME) != dropped for _, s in spans):
+        return None
+    rows = 3 if kept is None else len(kept[0])
+    for side in (0, 1) if kept is None else (kept[1],):
+        local = [f[side].T @ u[:, :dropped] for f, (u, _) in zip(frames, spans)]
+        projector = [v @ v.T for v in local]
+        if rows > dropped and all(np.abs(p - projector[0]).max() < _SAME for p in projector):
+            held = np.eye(3) if kept is None else np.array(kept[0]).T @ np.array(kept[0])
+            return _basis(held - projector[0], rows - dropped), side
+    return None
+
+
+def _across_loops(states, joints, parent, cuts, couplings, kept):
+    """``kept`` with the drops that give all loops' rows full rank (module docstring)."""
+    kept = dict(kept)
+    for _ in range(3 * len(cuts)):  # each pass drops at least one row
+        frames = [[_frames(s, cut, a, b) for cut, a, b in cuts] for s in states]
+        blocks, nulls = [], []
+        for state, at, coupled in zip(states, frames, couplings):
+            rows = [
+                _cut_rows(cut, f, *_velocities(joints, parent, state, a, b, ends), kept.get(c))
+                for c, ((cut, a, b), (f, ends)) in enumerate(zip(cuts, at))
+            ]
+            u, rank = _rank(np.vstack(rows + [coupled]))
+            blocks.append(rows)
+            nulls.append(u[:, rank:])
+        deficit = nulls[0].shape[1]
+        if not deficit or any(n.shape[1] != deficit for n in nulls):
+            break  # full rank, or a deficit that changes with the configuration
+        starts = np.cumsum([0] + [len(r) for r in blocks[0]])
+        for c in reversed(range(len(cuts))):
+            if cuts[c][0].kind != "spherical":
+                continue
+            rows = slice(starts[c], starts[c + 1])
+            restricted = [
+                _gap_directions(at[c][0], kept.get(c)) @ null[rows]
+                for at, null in zip(frames, nulls)
+            ]
+            drop = _fixed_drop([at[c][0] for at in frames], restricted, kept.get(c))
+            if drop is not None:
+                kept[c] = (*drop, True)
+                break
+        else:
+            break  # no spherical cut joint can drop the dependent rows
+    return kept
+
+
+def _coupling_rows(couplings, n, rng):
+    """The couplings' rows of J, ``first - P'(w) second`` at a random ``w``, ``(c, n)``."""
+    slopes = [np.polyval(np.polyder(poly[::-1]), rng.normal()) for _, _, poly in couplings]
+    return np.array([f - k * s for (f, s, _), k in zip(couplings, slopes)]).reshape(-1, n)
+
+
+def reduced_rows(joints, parent, quaternions, cuts, couplings=(), seed=0) -> dict[int, tuple]:
+    """For each spherical cut joint whose point rows are structurally redundant, within its
+    loop or across loops (module docstring): the directions it keeps, the cut frame they are
+    fixed in and whether rows were dropped across loops, ``{cut index: (((n_x, n_y, n_z), ...),
+    side, across)}`` (side 0: frame a, 1: frame b).
+    ``joints`` are the tree joints in body order (``kind``, ``axis``, ``rotation``,
+    ``position``, ``child_rotation``, ``child_position``), ``cuts`` the cut joints (``kind``,
+    ``axis``, ``rotation`` and ``position`` on body a, ``child_rotation`` and
+    ``child_position`` on body b) with their body indices ``(a, b)``; ``couplings`` the
+    couplings' ``(first, second, poly)`` (`MechanismBuilder.add_coupling`), whose rows join the
+    rank across loops."""
+    rng = np.random.default_rng(seed)
+    states = [_motion(joints, parent, set(quaternions), rng) for _ in range(STATES)]
+    kept = {c: (d, 0, False) for c, d in _within_loops(states, joints, parent, cuts).items()}
+    if len(cuts) + len(couplings) < 2:
+        return kept
+    coupled = [_coupling_rows(couplings, len(parent), rng) for _ in states]
+    return _across_loops(states, joints, parent, cuts, coupled, kept)
 
 
 def _basis(projector, rank):
