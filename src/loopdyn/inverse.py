@@ -326,7 +326,7 @@ def _row_wrenches(mech, q):
     ends, rows = kinematics._ends(mech, tree.body_motion(mech, q)), kinematics._rows(mech)
     e, x = kinematics._directions(ends, rows)
     p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
-    push, at = 1.0 - rows.angle, p_b - rows.on_b * (p_b - p_a)
+    push, at = 1.0 - rows.angle, kinematics._by_frame(rows, p_b, p_a)
     on_b = jnp.concatenate([push * jnp.cross(at, e) + rows.angle * jnp.cross(x, e), push * e], -1)
     lever = (1.0 - rows.turning) * jnp.cross(p_b - p_a, e)
     on_a = -on_b + jnp.concatenate([lever, jnp.zeros_like(lever)], -1)

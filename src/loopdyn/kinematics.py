@@ -220,10 +220,19 @@ def _ends(mech, motion, jacobian=False):
     return ends
 
 
+def _by_frame(rows, on_a, on_b):
+    """Per row: ``on_b`` where the row's ``e`` turns with frame b (across_b rows), else ``on_a``
+    (arrays with the rows first); no operation at all where no row turns with frame b."""
+    if not rows.on_b.any():
+        return on_a
+    mask = rows.on_b.reshape((-1,) + (1,) * (jnp.ndim(on_a) - 1))
+    return mask * on_b + (1.0 - mask) * on_a
+
+
 def _directions(ends, rows):
     """Per row: the vectors ``e`` and ``x`` of `_Rows`, in world axes."""
     rot_a, rot_b = ends.rotation[rows.cut, 0], ends.rotation[rows.cut, 1]
-    turn = rows.on_b[..., None] * rot_b + (1.0 - rows.on_b[..., None]) * rot_a
+    turn = _by_frame(rows, rot_a, rot_b)
     e = rows.turning * jnp.einsum("rij,rj->ri", turn, rows.u) + (1.0 - rows.turning) * rows.u
     gap = (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
     x = rows.angle * jnp.einsum("rij,rj->ri", rot_b, rows.w) + (1.0 - rows.angle) * gap
@@ -252,12 +261,12 @@ def _jacobian(ends, rows, e, x):
     """``d(e . x) = (e x x) . omega_a + e . dx`` (``omega_b`` for across_b rows) with
     ``dx = v_b - v_a`` (gap) or ``omega_b x x`` (angle rows), per row over the path of frame a
     and that of frame b: ``(m, L)`` each (entries as in `_ends`)."""
-    cut, turn_b = rows.cut, rows.on_b * jnp.cross(e, x)
+    cut, turns = rows.cut, rows.turning * jnp.cross(e, x)
     on_b = rows.angle * jnp.einsum("ri,rli->rl", jnp.cross(x, e), ends.jac_angle[cut, 1])
     on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 1])
-    on_b = on_b + jnp.einsum("ri,rli->rl", turn_b, ends.jac_angle[cut, 1])
-    turn_a = rows.turning * (1.0 - rows.on_b) * jnp.cross(e, x)
-    on_a = jnp.einsum("ri,rli->rl", turn_a, ends.jac_angle[cut, 0])
+    if rows.on_b.any():  # across_b rows turn with frame b
+        on_b = on_b + jnp.einsum("ri,rli->rl", rows.on_b * turns, ends.jac_angle[cut, 1])
+    on_a = jnp.einsum("ri,rli->rl", (1.0 - rows.on_b) * turns, ends.jac_angle[cut, 0])
     on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 0])
     return on_a, on_b
 
@@ -387,9 +396,7 @@ def _bias(ends, rows, e, x):
         return dv, jnp.cross(alpha, v) + jnp.cross(omega, dv)
 
     def frame(rate):  # of the frame e turns with: a, or b for across_b rows (none: point rows)
-        return rows.turning * (
-            (1.0 - rows.on_b) * rate[rows.cut, 0] + rows.on_b * rate[rows.cut, 1]
-        )
+        return rows.turning * _by_frame(rows, rate[rows.cut, 0], rate[rows.cut, 1])
 
     de, dde = turn(e, frame(ends.omega), frame(ends.alpha))
     dw, ddw = turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1])
