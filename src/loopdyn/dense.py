@@ -83,13 +83,15 @@ _cho_solve = _looped_columns(lambda l, b: _trsm(l, _trsm(l, b, True), True, tran
 _lu_solve = _looped_columns(
     lambda lu, perm, b: _trsm(lu, _trsm(lu, b[perm], True, unit=True), False)
 )
-_lu_transpose_solve = _looped_columns(
-    lambda lu, perm, b: (
-        jnp.zeros_like(b)
-        .at[perm]
-        .set(_trsm(lu, _trsm(lu, b, False, transpose=True), True, transpose=True, unit=True))
-    )
-)
+
+
+def _lu_transposed(lu, perm, b):
+    """``x`` with ``a^T x = U^T L^T P x = b`` from ``P a = L U``."""
+    y = _trsm(lu, _trsm(lu, b, False, transpose=True), True, transpose=True, unit=True)
+    return jnp.zeros_like(y).at[perm].set(y)
+
+
+_lu_transpose_solve = _looped_columns(_lu_transposed)
 
 
 def _sandwich(l, s, transpose):
@@ -198,9 +200,10 @@ def _matrix(rows):
 @jax.jit
 def cholesky(a):
     """Lower-triangular ``L`` with ``L L^T = a`` (symmetric positive definite ``a``, lower
-    triangle read; above ``UNROLL``, ``(a + a^T) / 2`` as ``jnp.linalg.cholesky``); NaN where ``a`` is not positive definite, like LAPACK's. Unrolled as scalar
-    expressions of the entries, stacked once: the entries of one column scale by one reciprocal
-    of its pivot, so XLA fuses the whole factorisation into a few operations."""
+    triangle read; above ``UNROLL``, ``(a + a^T) / 2`` as ``jnp.linalg.cholesky``); NaN where ``a``
+    is not positive definite, like LAPACK's. Unrolled as scalar expressions of the entries,
+    stacked once: the entries of one column scale by one reciprocal of its pivot, so XLA fuses
+    the whole factorisation into a few operations."""
     n = a.shape[-1]
     if n > UNROLL:
         return _lapack_cholesky(a)
