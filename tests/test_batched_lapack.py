@@ -3,11 +3,13 @@
 jaxlib runs a batched LAPACK call's matrices on XLA's CPU thread pool and waits there; with two
 or more such calls in one program, every thread of a small pool could wait on work queued behind
 it, and the program hung with every thread idle (issue 23: the 32-loop MJCF ladder with SLM at
-B = 256). `dense` runs them one matrix per call under ``vmap``. Each case runs in a subprocess
-with a time limit; a hang or an abort fails the test. The factorisations run beside a busy
-process that keeps one core occupied (the hang needs the pool's threads descheduled at the wrong
-moment: on the 2-core machine it hung 3 runs in 3 with plain ``jnp.linalg`` under ``vmap``, and
-never with `dense`); the ladder runs as the suite runs it, beside another test file.
+B = 256). `dense` runs them one matrix per call under ``vmap``, gradients included. Each case
+runs in a subprocess with a time limit; a hang or an abort fails the test. The factorisations
+run beside a busy process that keeps one core occupied (the hang needs the pool's threads
+descheduled at the wrong moment: on the 2-core machine it hung 3 runs in 3 with plain
+``jnp.linalg`` under ``vmap``, and never with `dense`); the ladder runs as the suite runs it,
+beside another test file. Run pinned to one core (``taskset``), the subprocesses are pinned too:
+there batched LAPACK gradients (before `dense` looped them) finished, so the check needs both.
 """
 
 import subprocess
@@ -46,6 +48,27 @@ np.testing.assert_allclose(s, jnp.linalg.svd(b, compute_uv=False), rtol=1e-12)
 print("done")
 """
 
+# The same with derivatives: vmap of the gradient of three independent factorisations, 20 times;
+# the last matrices' gradients against JAX's own, for one matrix (no batched LAPACK call).
+DENSE_GRADIENTS = """
+B, n = 256, 24
+a = jax.random.normal(jax.random.PRNGKey(0), (B, n, n))
+a = a @ jnp.swapaxes(a, 1, 2) + n * jnp.eye(n)
+b = jax.random.normal(jax.random.PRNGKey(1), (B, n, n))
+def loss(linalg, singular_values):
+    return lambda a, b: (
+        jnp.sum(linalg.cholesky(a) ** 2) + jnp.sum(singular_values(b) ** 3)
+        + jnp.sum(linalg.solve(b, a) ** 2)
+    )
+program = jax.jit(jax.vmap(jax.grad(loss(dense, dense.singular_values), (0, 1))))
+for _ in range(20):
+    grads = jax.block_until_ready(program(a, b))
+expected = jax.grad(loss(jnp.linalg, jnp.linalg.svdvals), (0, 1))(a[-1], b[-1])
+for ours, theirs in zip(grads, expected):
+    np.testing.assert_allclose(ours[-1], theirs, rtol=1e-12, atol=1e-12 * jnp.max(jnp.abs(theirs)))
+print("done")
+"""
+
 # The issue's case: jit(vmap(forward_dynamics)) on the MJCF ladder at the assembled q0.
 LADDER = """
 import _peers
@@ -58,6 +81,19 @@ for method in ("system", "slm"):
     qdd = jax.block_until_ready(fd(q, v, v))[0]
     # every state is the same: each row equals the single-state solve
     np.testing.assert_allclose(qdd, jnp.broadcast_to(one, qdd.shape), rtol=1e-9, atol=1e-9)
+print("done")
+"""
+
+# Gradients through it: jit(vmap(grad)) of |qdd|^2 in tau on the 8-loop ladder (17 coordinates,
+# so the KKT system of "system", 33 x 33, goes to LAPACK), against one state's gradient.
+LADDER_GRADIENT = """
+import _peers
+mech = loopdyn.load_mjcf(_peers.ladder_chain_mjcf(8))
+tau = 0.1 * jax.random.normal(jax.random.PRNGKey(0), (64, mech.nv))
+q, v = jnp.broadcast_to(mech.q0, (64, mech.nq)), jnp.zeros(mech.nv)
+loss = lambda tau, q: jnp.sum(loopdyn.forward_dynamics(mech, q, v, tau, method="system")[0] ** 2)
+grads = jax.block_until_ready(jax.jit(jax.vmap(jax.grad(loss)))(tau, q))
+np.testing.assert_allclose(grads[-1], jax.jit(jax.grad(loss))(tau[-1], q[-1]), rtol=1e-12)
 print("done")
 """
 
@@ -90,5 +126,13 @@ def test_independent_batched_factorisations_finish(busy_core):
     _finishes("three factorisations", DENSE)
 
 
+def test_batched_gradients_of_independent_factorisations_finish(busy_core):
+    _finishes("gradients of three factorisations", DENSE_GRADIENTS)
+
+
 def test_batched_forward_dynamics_on_the_32_loop_ladder_finishes():
     _finishes("the MJCF ladder, k = 32, B = 256", LADDER)
+
+
+def test_batched_gradient_of_forward_dynamics_on_the_8_loop_ladder_finishes():
+    _finishes("the gradient on the MJCF ladder, k = 8, B = 64", LADDER_GRADIENT)

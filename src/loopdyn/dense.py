@@ -6,63 +6,185 @@ batch loop on XLA's CPU thread pool. That loop is slow for matrices this small. 
 deadlock when two such calls run at once on a pool with as many threads as cores (seen with
 jax 0.10: both pool threads wait inside the batched SVD for work queued behind them). The
 versions here are elementwise arithmetic over the batch instead. Matrices larger than
-``UNROLL`` go to ``jnp.linalg`` (their LAPACK time dominates the batch loop anyway), one matrix
-per LAPACK call under ``vmap`` (`_one_matrix_per_call`), which keeps clear of that deadlock.
+``UNROLL`` go to LAPACK (their LAPACK time dominates the batch loop anyway), one matrix per call
+under ``vmap`` (`_looped`), in derivative programs too: JAX would differentiate a ``jnp.linalg``
+routine with batched calls, and cannot transpose the loop, so the factorisations see no
+derivatives. Their derivative rules are written out (``custom_jvp``), and each solve with the
+factors is a ``lax.custom_linear_solve``, which JAX differentiates from the system it solves and
+transposes by solving with the transpose.
 
 - `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions.
 - `solve`: Gaussian elimination with partial pivoting (row swaps as one-hot arithmetic).
-- `svd`, `singular_values`, `pinv`, `lstsq`: one-sided Jacobi (Hestenes 1958): plane rotations
-  of the rows of ``A``, disjoint pairs at once in a loop (not unrolled, so the program does not
-  grow with the size), until they are mutually orthogonal; then ``A = U diag(s) V^T`` with the row
-  norms as ``s``. Accurate to a few ulps relative to ``|A|``, rank-revealing like LAPACK's SVD.
-  `pinv` differentiates by the pseudo-inverse's formula for constant rank (Golub and Pereyra
-  1973), not through the rotations.
+- `svd`, `singular_values`, `pinv`, `lstsq`, `complement`: one-sided Jacobi (Hestenes 1958):
+  plane rotations of the rows of ``A``, disjoint pairs at once in a loop (not unrolled, so the
+  program does not grow with the size), until they are mutually orthogonal; then
+  ``A = U diag(s) V^T`` with the row norms as ``s``. Accurate to a few ulps relative to ``|A|``,
+  rank-revealing like LAPACK's SVD. `pinv` and `complement` differentiate by formulas for constant
+  rank (Golub and Pereyra 1973), not through the rotations.
 """
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
-UNROLL = 16  # largest dimension unrolled; above it, jnp.linalg (LAPACK)
+UNROLL = 16  # largest dimension unrolled; above it, LAPACK
 
 
-def _one_matrix_per_call(f):
-    """``f``, a LAPACK-backed ``jnp.linalg`` routine, run under ``vmap`` as a loop over the batch
-    (``lax.map``) with one matrix per call. jaxlib hands a batched LAPACK call's matrices to XLA's
-    CPU thread pool and waits for them there; two such calls in one program can occupy every
-    thread of a small pool while their work waits behind them, forever (seen on 2 cores with
-    jax 0.10: three independent batched calls of 256 matrices hang, looped they do not).
-    Derivatives differentiate ``f`` as it is."""
+def _looped(f):
+    """``f``, whose LAPACK calls take one matrix, run under ``vmap`` as a loop over the batch
+    (``lax.map``). jaxlib hands a batched LAPACK call's matrices to XLA's CPU thread pool and
+    waits for them there; two such calls in one program can occupy every thread of a small pool
+    while their work waits behind them, forever (seen on 2 cores with jax 0.10: three independent
+    batched calls of 256 matrices hang, looped they do not). Not differentiable (JAX cannot
+    transpose the loop): for inputs that are not differentiated."""
+    return jax.custom_batching.sequential_vmap(f)
 
-    @jax.custom_jvp
-    def fn(*args):
-        return looped(*args)
 
-    @fn.defjvp
-    def jvp(primals, tangents):
-        return jax.jvp(f, primals, tangents)
+_lu = _looped(lambda a: lax.linalg.lu(a)[::2])  # (packed L\U, row permutation)
+_potrf = _looped(lambda a: lax.linalg.cholesky(a, symmetrize_input=False))
+_gesdd = _looped(lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)))
+_gesdd_values = _looped(lambda a: jnp.linalg.svd(a, compute_uv=False))
+_lapack_pinv = _looped(lambda a: jnp.linalg.pinv(a))  # not its defaults as arguments
+_lapack_complement = _looped(lambda c: jnp.linalg.svd(c.T)[2][c.shape[1] :].T)
+
+
+def _trsm(t, b, lower, transpose=False, unit=False):
+    """``op(T)^-1 b`` for the lower or upper triangle ``T`` of ``t`` (ones on its diagonal when
+    ``unit``; ``op`` transposes when ``transpose``), ``b`` a matrix: one LAPACK call."""
+    return lax.linalg.triangular_solve(
+        t, b, left_side=True, lower=lower, transpose_a=transpose, unit_diagonal=unit
+    )
+
+
+def _looped_columns(kernel):
+    """``kernel(*factors, b)``, whose LAPACK solves treat the columns of a matrix ``b``
+    independently, for ``b`` a vector or matrix: looped as `_looped`, but under ``vmap`` of ``b``
+    alone the batch becomes more columns of one call."""
 
     @jax.custom_batching.custom_vmap
-    def looped(*args):
-        return f(*args)
+    def solve(*args):
+        b = args[-1]
+        return kernel(*args[:-1], b.reshape(b.shape[0], -1)).reshape(b.shape)
 
-    @looped.def_vmap
+    @solve.def_vmap
     def rule(axis_size, in_batched, *args):
+        if not any(in_batched[:-1]):
+            return jnp.moveaxis(solve(*args[:-1], jnp.moveaxis(args[-1], 0, -1)), -1, 0), True
         args = [
-            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
-            for x, b in zip(args, in_batched)
+            x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+            for x, batched in zip(args, in_batched)
         ]
-        out = jax.lax.map(lambda xs: looped(*xs), args)
-        return out, jax.tree.map(lambda _: True, out)
+        return lax.map(lambda xs: solve(*xs), args), True
 
-    return fn
+    return solve
 
 
-_cholesky = _one_matrix_per_call(jnp.linalg.cholesky)
-_cho_solve = _one_matrix_per_call(lambda l, b: jax.scipy.linalg.cho_solve((l, True), b))
-_solve = _one_matrix_per_call(jnp.linalg.solve)
-_svd = _one_matrix_per_call(lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)))
-_singular_values = _one_matrix_per_call(lambda a: jnp.linalg.svd(a, compute_uv=False))
-_lapack_pinv = _one_matrix_per_call(jnp.linalg.pinv)
+_cho_solve = _looped_columns(lambda l, b: _trsm(l, _trsm(l, b, True), True, transpose=True))
+_lu_solve = _looped_columns(
+    lambda lu, perm, b: _trsm(lu, _trsm(lu, b[perm], True, unit=True), False)
+)
+
+
+def _lu_transposed(lu, perm, b):
+    """``x`` with ``a^T x = U^T L^T P x = b`` from ``P a = L U``."""
+    y = _trsm(lu, _trsm(lu, b, False, transpose=True), True, transpose=True, unit=True)
+    return jnp.zeros_like(y).at[perm].set(y)
+
+
+_lu_transpose_solve = _looped_columns(_lu_transposed)
+
+
+def _sandwich(l, s, transpose):
+    """``op(L)^-1 s op(L)^-T`` for the lower triangle ``L`` of ``l`` (``op`` transposes when
+    ``transpose``)."""
+    return _trsm(l, _trsm(l, s, True, transpose).T, True, transpose).T
+
+
+_sandwiches = (
+    _looped(lambda l, s: _sandwich(l, s, False)),
+    _looped(lambda l, s: _sandwich(l, s, True)),
+)
+
+
+@jax.custom_jvp
+def _lapack_cholesky(a):
+    """LAPACK's ``L`` of ``(a + a^T) / 2`` (as ``jnp.linalg.cholesky``)."""
+    return _potrf((a + a.T) / 2)
+
+
+@_lapack_cholesky.defjvp
+def _lapack_cholesky_jvp(primals, tangents):
+    """``dL = L Phi(L^-1 dA L^-T)``, ``Phi`` the lower triangle with the diagonal halved; the
+    inverse of ``X -> L X L^T`` as a linear solve, which JAX transposes by solving with
+    ``Y -> L^T Y L``."""
+    (a,), (da,) = primals, tangents
+    l = _lapack_cholesky(a)
+    t = jnp.tril(l)
+    x = lax.custom_linear_solve(
+        lambda x: t @ x @ t.T,
+        (da + da.T) / 2,
+        lambda _, s: _sandwiches[0](l, s),
+        lambda _, s: _sandwiches[1](l, s),
+    )
+    return l, l @ (jnp.tril(x) - jnp.diag(jnp.diagonal(x)) / 2)
+
+
+def _lapack_cho_solve(l, b):
+    """``(L L^T)^-1 b`` for the lower triangle ``L`` of ``l``, a linear solve: derivatives in
+    ``l`` implicitly, from ``L L^T x = b``."""
+    t = jnp.tril(l)
+    return lax.custom_linear_solve(
+        lambda x: t @ (t.T @ x), b, lambda _, r: _cho_solve(l, r), symmetric=True
+    )
+
+
+def _lapack_solve(a, b):
+    """``a^-1 b`` from LAPACK's ``P a = L U``, factorised without derivatives: a linear solve,
+    whose derivatives follow from ``a x = b``."""
+    lu, perm = _lu(lax.stop_gradient(a))
+    return lax.custom_linear_solve(
+        lambda x: a @ x,
+        b,
+        lambda _, r: _lu_solve(lu, perm, r),
+        lambda _, r: _lu_transpose_solve(lu, perm, r),
+    )
+
+
+@jax.custom_jvp
+def _lapack_svd(a):
+    return _gesdd(a)
+
+
+@_lapack_svd.defjvp
+def _lapack_svd_jvp(primals, tangents):
+    """Distinct nonzero singular values: with ``dP = U^T dA V`` and ``F_ij = 1 / (s_j^2 - s_i^2)``
+    (0 for ``i = j``), ``ds = diag(dP)``, ``dU = U (F o (dP S + S dP^T)) + (I - U U^T) dA V S^-1``,
+    ``dV = V (F o (S dP + dP^T S)) + (I - V V^T) dA^T U S^-1``."""
+    (a,), (da,) = primals, tangents
+    u, s, vt = _lapack_svd(a)
+    v, dp = vt.T, u.T @ da @ vt.T
+    same = jnp.eye(s.shape[0], dtype=bool)
+    f = jnp.where(same, 0.0, 1.0 / jnp.where(same, 1.0, s**2 - s[:, None] ** 2))
+    du = u @ (f * (dp * s + s[:, None] * dp.T))
+    dv = v @ (f * (s[:, None] * dp + dp.T * s))
+    if u.shape[0] > s.shape[0]:
+        du = du + (da @ v - u @ dp) / s
+    if v.shape[0] > s.shape[0]:
+        dv = dv + (da.T @ u - v @ dp.T) / s
+    return (u, s, vt), (du, jnp.diagonal(dp), dv.T)
+
+
+@jax.custom_jvp
+def _lapack_singular_values(a):
+    return _gesdd_values(a)
+
+
+@_lapack_singular_values.defjvp
+def _lapack_singular_values_jvp(primals, tangents):
+    """``ds_k = u_k^T dA v_k``."""
+    (a,), (da,) = primals, tangents
+    u, s, vt = _lapack_svd(a)
+    return s, jnp.sum(u * (da @ vt.T), 0)
 
 
 def _entries(a):
@@ -78,12 +200,13 @@ def _matrix(rows):
 @jax.jit
 def cholesky(a):
     """Lower-triangular ``L`` with ``L L^T = a`` (symmetric positive definite ``a``, lower
-    triangle read); NaN where ``a`` is not positive definite, like LAPACK's. Unrolled as scalar
-    expressions of the entries, stacked once: the entries of one column scale by one reciprocal
-    of its pivot, so XLA fuses the whole factorisation into a few operations."""
+    triangle read; above ``UNROLL``, ``(a + a^T) / 2`` as ``jnp.linalg.cholesky``); NaN where ``a``
+    is not positive definite, like LAPACK's. Unrolled as scalar expressions of the entries,
+    stacked once: the entries of one column scale by one reciprocal of its pivot, so XLA fuses
+    the whole factorisation into a few operations."""
     n = a.shape[-1]
     if n > UNROLL:
-        return _cholesky(a)
+        return _lapack_cholesky(a)
     a, zero = _entries(a), jnp.zeros_like(a[..., 0, 0])
     l = [[zero] * n for _ in range(n)]
     for j in range(n):
@@ -110,7 +233,7 @@ def cho_solve(l, b):
     """``a^-1 b`` from ``l = cholesky(a)``; ``b`` a vector or a matrix of columns."""
     n = l.shape[-1]
     if n > UNROLL:
-        return _cho_solve(l, b)
+        return _lapack_cho_solve(l, b)
     entries, rows = _entries(l), [b[k] for k in range(n)]
     y = _substitute(entries, rows, range(n), False)
     return jnp.stack(_substitute(entries, y, reversed(range(n)), True))
@@ -121,7 +244,7 @@ def solve(a, b):
     """``a^-1 b`` for square ``a``, Gaussian elimination with partial pivoting."""
     n = a.shape[-1]
     if n > UNROLL:
-        return _solve(a, b)
+        return _lapack_solve(a, b)
     rows, trailing = jnp.arange(n), (1,) * (b.ndim - 1)
     for k in range(n):  # forward elimination
         pivot = k + jnp.argmax(jnp.abs(a[k:, k]))
@@ -149,7 +272,8 @@ def _rotation(top, bottom):
 
 @jax.jit
 def _jacobi(a):
-    """Rows ``w = g a`` mutually orthogonal, ``g`` orthogonal, for ``a`` with ``m <= n`` rows.
+    """Rows ``w = g a`` mutually orthogonal, ``g`` orthogonal (``m - rank(a)`` rows of ``w``
+    vanish: the null space of ``a^T`` in ``g``).
 
     Round-robin ordering (Brent and Luk 1985): each sweep is ``m - 1`` rounds (``m`` made even by
     a leading zero row, which no rotation moves) of ``m / 2`` disjoint row pairs rotated at once;
@@ -184,7 +308,7 @@ def svd(a):
     """``(u, s, vt)`` with ``a = u @ diag(s) @ vt``, ``s`` descending, thin (``k = min(m, n)``)."""
     m, n = a.shape
     if min(m, n) > UNROLL:
-        return _svd(a)
+        return _lapack_svd(a)
     if m > n:
         u, s, vt = svd(a.T)
         return vt.T, s, u.T
@@ -199,7 +323,7 @@ def svd(a):
 def singular_values(a):
     """Singular values of ``a``, descending."""
     if min(a.shape) > UNROLL:
-        return _singular_values(a)
+        return _lapack_singular_values(a)
     return svd(a)[1]
 
 
@@ -211,20 +335,22 @@ def _rtol(a):
 def pinv(a):
     """Moore-Penrose pseudo-inverse, singular values below ``10 max(m, n) eps`` times the largest
     dropped (as ``jnp.linalg.pinv``)."""
-    return _lapack_pinv(a) if min(a.shape) > UNROLL else _jacobi_pinv(a)
+    return _pinv(a)
 
 
 @jax.custom_jvp
-def _jacobi_pinv(a):
+def _pinv(a):
+    if min(a.shape) > UNROLL:
+        return _lapack_pinv(a)
     u, s, vt = svd(a)
     keep = s > _rtol(a) * jnp.max(s, initial=0.0)
     return (vt.T * jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)) @ u.T
 
 
-@_jacobi_pinv.defjvp
-def _jacobi_pinv_jvp(primals, tangents):
+@_pinv.defjvp
+def _pinv_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    p = pinv(a)
+    p = _pinv(a)
     dp = (
         -p @ da @ p
         + p @ p.T @ da.T @ (jnp.eye(a.shape[0], dtype=a.dtype) - a @ p)
@@ -237,3 +363,23 @@ def _jacobi_pinv_jvp(primals, tangents):
 def lstsq(a, b):
     """Minimum-norm least-squares solution of ``a x = b`` (``pinv(a) @ b``)."""
     return pinv(a) @ b
+
+
+@jax.custom_jvp
+def complement(c):
+    """Orthonormal basis ``(d, d - k)`` of the vectors orthogonal to the columns of ``c``
+    ``(d, k)``, of rank ``k``: the rows of the rotation `_jacobi` builds whose rows of ``w`` vanish
+    (LAPACK's full SVD for ``d > UNROLL``). Its derivative moves the basis along the columns only,
+    ``dN = -pinv(c)^T dc^T N``, which keeps ``c^T N = 0`` and ``N^T N = I``."""
+    d, k = c.shape
+    if d > UNROLL:
+        return _lapack_complement(c)
+    w, g = _jacobi(c)
+    return g[jnp.argsort(-jnp.linalg.norm(w, axis=1))[k:]].T
+
+
+@complement.defjvp
+def _complement_jvp(primals, tangents):
+    (c,), (dc,) = primals, tangents
+    n = complement(c)
+    return n, -pinv(c).T @ (dc.T @ n)

@@ -609,13 +609,6 @@ class Augmented(NamedTuple):
     ground_moment: Array
 
 
-def _complement(columns):
-    """An orthonormal basis ``(d, d - k)`` of the wrenches that do no work on the twists
-    ``columns`` ``(d, k)`` (the null space of ``columns^T`` under the pairing ``t . w``)."""
-    k = columns.shape[1]
-    return jnp.linalg.svd(columns.T, full_matrices=True)[2][k:].T
-
-
 def augmented_shape(mech: Mechanism) -> tuple[int, int]:
     """``(equations, unknowns)`` of `augmented`'s system: 21x21 for the carpet scraper, 18x18
     for the RSSR (seed 002 Tables 2-3)."""
@@ -673,7 +666,8 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
         if chain:
             twists = jnp.stack([s[k] for k in chain], axis=1)
             driven = bool(set(chain) & set(mech.actuated))
-            basis = jnp.eye(dim, dtype=q.dtype) if driven else _complement(twists)
+            # a passive joint's wrenches do no work on its twists: an orthonormal basis of them
+            basis = jnp.eye(dim, dtype=q.dtype) if driven else dense.complement(twists)
             ends = (mech.parent[chain[0]], chain[-1])
             columns.append((basis, *ends, tree_points[chain[-1]], s[chain[0]] if driven else None))
         else:
@@ -696,9 +690,9 @@ def augmented(mech: Mechanism, q, qd, qdd) -> Augmented:
             body_wrench = body_wrench.at[parent].add(joint_wrench[k])
     rhs = jnp.concatenate([body_wrench[k] for k in rigid])
     if matrix.shape[0] == matrix.shape[1]:
-        x = jnp.linalg.solve(matrix, rhs)
+        x = dense.solve(matrix, rhs)
     else:
-        x = jnp.linalg.lstsq(matrix, rhs)[0]
+        x = dense.lstsq(matrix, rhs)
     unknowns = [x[a:b] for a, b in itertools.pairwise(offsets)]
     wrenches = [basis @ xj for (basis, *_), xj in zip(columns, unknowns)]
     actuator, lam = {}, {}
