@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from . import dense
 from .mechanism import Mechanism
 
 _TRIL = np.tril_indices(4, -1)
@@ -224,7 +225,7 @@ def to_vector(mech: Mechanism, sel: Free) -> Float[Array, " k"]:
             parts.append(getattr(mech, b.field)[b.index][np.array(b.components)])
         else:
             i = b.index[0]
-            chol = jnp.linalg.cholesky(pseudo_inertia(mech.mass[i], mech.com[i], mech.inertia[i]))
+            chol = dense.cholesky(pseudo_inertia(mech.mass[i], mech.com[i], mech.inertia[i]))
             parts.append(jnp.concatenate([jnp.log(jnp.diagonal(chol)), chol[_TRIL]]))
     return jnp.concatenate(parts) if parts else jnp.zeros(0, mech.mass.dtype)
 

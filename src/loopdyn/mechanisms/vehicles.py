@@ -8,10 +8,9 @@ import math
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .. import compilation, energy, forces, kinematics
+from .. import compilation, dense, energy, forces, kinematics
 from ..mechanism import GROUND, Mechanism
 from ._sketch import PlanarSketch, SpatialSketch, bar, frame_along, rod_inertia
 
@@ -261,7 +260,7 @@ def _rest_length(mech):
     spring's ``-k (L - L0) dL/dq``: solve for ``L0`` (the spring is built at ``L0 = L``, so the
     gradient of the potential energy there is gravity's alone)."""
     q = mech.q0
-    t = jnp.linalg.svd(kinematics.loop_jacobian(mech, q))[2][-1]
+    t = dense.complement(kinematics.loop_jacobian(mech, q).T)[:, 0]  # J t = 0
     grad_gravity = jax.grad(energy.potential_energy, argnums=1)(mech, q)
     grad_length = jax.grad(lambda x: forces.spring_lengths(mech, x)[0])(q)
     length = forces.spring_lengths(mech, q)[0]
