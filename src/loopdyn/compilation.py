@@ -3,9 +3,9 @@
 loopdyn's single-state programs are a few hundred small operations on 3- and 6-vectors that XLA's
 CPU runtime runs one after the other. XLA's default schedule orders them so that independent ones
 may run concurrently on the runtime's threads; for operations this small the hand-offs cost more
-than they save. The memory-optimised schedule (`OPTIONS`) made one jitted 3-RRR
-forward-dynamics call 112 -> 73 us and a 5 s 3-RRR `simulate` 67 -> 44 ms on a 2-core Xeon,
-with batched programs unchanged (2.4 us per state at B = 4096).
+than they save. With the memory-optimised schedule (`OPTIONS`) a 5 s 3-RRR `simulate` took 48
+instead of 94 ms and one jitted 3-RRR forward-dynamics call 109 instead of 167 us, while the
+four-bar's smaller programs were 4-7 % slower (benchmarks/results/compilation.md, one run).
 
 Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX takes compiler
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
