@@ -14,7 +14,9 @@ subprocesses with a time limit.
 Per core: this process pins itself to one CPU before JAX starts (one XLA device, one Pinocchio
 thread, one MuJoCo thread). Per machine: a subprocess shards the batch over one XLA host device
 per core, and Pinocchio (which has no parallel constrained dynamics) runs one pinned process per
-core. Writes a Markdown report and the raw numbers as JSON beside it, atomically.
+core. Writes a Markdown report and the raw numbers as JSON beside it, atomically; the raw
+numbers so far go to ``closed_loop.partial.json`` after each section, so a run that stops keeps
+them, and a ladder row whose process fails is recorded and left out, not the end of the run.
 """
 
 import os
@@ -464,13 +466,19 @@ def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
 def ladder_row(layout, k, methods, repeats, batch, timeout, given_up):
     """`bench_ladder` in a subprocess of its own: the single-call programs of every k compiled in
     one process exhausted its memory mappings at k = 32 (LLVM "Cannot allocate memory").
-    Updates ``given_up`` from the row."""
+    Updates ``given_up`` from the row. A row whose process fails is ``{"layout", "k", "error"}``
+    (the chain's SSLM at k = 64 aborted so: one single-state program exhausts the mappings),
+    recorded and left out of the tables, not the end of the run."""
     command = [sys.executable, __file__, "--ladder-row", layout, str(k), ",".join(methods)]
     command += ["--repeats", str(repeats), "--ladder-batch", str(batch)]
     command += ["--ladder-timeout", str(timeout), "--given-up", json.dumps(given_up)]
     done = subprocess.run(command, check=False, capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"ladder row {layout} k = {k} failed: {done.stderr.strip()[-2000:]}")
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()] or [""]
+        reason = next((line for line in reversed(lines) if "rror" in line), lines[-1])
+        error = f"{layout} k = {k} ({', '.join(methods)}): exit {done.returncode}, {reason}"
+        print(f"ladder row failed: {error}", flush=True)
+        return {"layout": layout, "k": k, "error": error}
     print(done.stdout.strip().splitlines()[-2], flush=True)  # bench_ladder's summary line
     row = json.loads(done.stdout.strip().splitlines()[-1])
     for m in methods:
@@ -535,9 +543,9 @@ def bench_simulation(batch, repeats, t1=5.0, tol=1e-6):
         "sslm", "baumgarte", (10.0, 10.0), (), diffrax.Tsit5(), 16_384, adjoint, False, 201
     )
     tolerances = tuple(jnp.asarray(x, zeros.dtype) for x in (tol, tol, 1e-5 * t1))
-    tau = jnp.zeros((1, mech.num_bodies))
+    inputs = (jnp.zeros((1, mech.num_bodies)), None)  # (tau samples, ctrl)
     core = lambda: simulation._integrate(
-        mech, mech.q0, zeros, jnp.asarray(t1, zeros.dtype), None, tau, tolerances, options
+        mech, mech.q0, zeros, jnp.asarray(t1, zeros.dtype), None, inputs, tolerances, options
     )[0]
     result["single"]["jit_first_call_s"], _ = first_call(core)  # > 1 s: it recompiled
     result["single"]["jit_s"] = median_time(lambda: jax.block_until_ready(core()), 3, repeats)
@@ -727,6 +735,7 @@ def peer_targets(raw):
             if "per_state_s" in r.get("sslm", {}).get("batched", {})
         ]
         failed = sum(1 for r in rows if "per_state_s" not in r.get("sslm", {}).get("batched", {}))
+        failed += sum(1 for e in raw.get("ladder_failures", []) if e.startswith(f"{layout} "))
         exponents = raw.get("ladder_exponents" if layout == "ladder" else "ladder_chain_exponents")
         e = (exponents or {}).get("sslm_batched")
         out.append(
@@ -1135,6 +1144,12 @@ def analysis(raw):
     return out
 
 
+def checkpoint(out, raw):
+    """The raw numbers so far, beside the results (``.partial.json``): a run that stops loses
+    nothing measured (the final JSON replaces it)."""
+    write_atomic(out.with_suffix(".partial.json"), json.dumps(raw, indent=1, default=str))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats")
@@ -1203,6 +1218,7 @@ def main():
         "proximal": [pinocchio_cpp.ACCURACY, pinocchio_cpp.MU, pinocchio_cpp.MAX_ITER],
     }
     raw["forward"] = [bench_mechanism(name, batch, repeats) for name in MECHANISMS]
+    checkpoint(args.out, raw)
     raw["per_machine"] = per_machine(batch, repeats)
     print("per machine:", json.dumps(raw["per_machine"]), flush=True)
     k_max = 8 if args.quick else args.k_max
@@ -1212,7 +1228,7 @@ def main():
     raw["ladder_timeout_s"] = args.ladder_timeout
     for layout in LAYOUTS:
         given_up = {}
-        raw["ladder" if layout == "ladder" else f"ladder_{layout}"] = [
+        rows = [
             ladder_row(
                 layout,
                 k,
@@ -1224,12 +1240,17 @@ def main():
             )
             for k in ks
         ]
+        raw["ladder" if layout == "ladder" else f"ladder_{layout}"] = [
+            r for r in rows if "error" not in r
+        ]
+        raw.setdefault("ladder_failures", []).extend(r["error"] for r in rows if "error" in r)
+        checkpoint(args.out, raw)
     raw["ladder_note"] = (
         "System and SLM stop at k = 32 (`--ladder-all-methods` runs them at k = 64: each "
         "compiles for minutes today)."
         if k_max > 32 and not args.ladder_all_methods
         else ""
-    )
+    ) + "".join(f" Row failed, left out: {e}." for e in raw["ladder_failures"])
     raw["ladder_k_min"] = 2 if args.quick else 8
     raw["ladder_exponents"] = ladder_exponents(raw["ladder"], raw["ladder_k_min"])
     raw["ladder_chain_exponents"] = ladder_exponents(raw["ladder_chain"], raw["ladder_k_min"])
@@ -1241,6 +1262,7 @@ def main():
     raw["analysis"] = analysis(raw)
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1, default=str))
     write_atomic(args.out, markdown(raw))
+    args.out.with_suffix(".partial.json").unlink(missing_ok=True)
     print(f"wrote {args.out} ({raw['total_s'] / 60:.1f} min)")
 
 
