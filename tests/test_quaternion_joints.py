@@ -299,6 +299,8 @@ def test_rows_redundant_across_loops_are_dropped():
         ValueError, match="'right' has its kept rows at zero with its two points 0.4"
     ):
         kinematics.assemble(mech, flipped)
+    with pytest.raises(ValueError, match="simulate: the spherical cut joint 'right' has its kept"):
+        loopdyn.simulate(mech, flipped, jnp.zeros(mech.nv), 0.01)
     weld = _held_box(True, weld=True)
     assert weld.reduced_points == ()
     with pytest.raises(ValueError, match=r"loops 0 \('left'\), 1 \('right'\) are dependent"):

@@ -579,6 +579,28 @@ def _turns_at(mech, motion):
 WRONG_GAP = 1e-6  # m: a cut joint reduced across loops with its points this far apart is open
 
 
+@compilation.jit
+def reduced_gaps(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " g"]:
+    """The distance (m) between the two points of each spherical cut joint whose rows were
+    reduced across loops (``mech.reduced_across``, `loopdyn.redundancy`): zero where it is
+    closed. Its kept rows vanish also where the points are apart along the dropped direction (a
+    free body held by two connects, turned half a turn about the line joining them)."""
+    return _gaps_at(mech, tree.body_motion(mech, q))
+
+
+def check_gaps(mech: Mechanism, gaps, function: str):
+    """Raise ``ValueError`` naming the cut joint whose points are `WRONG_GAP` or more apart, from
+    the concrete `reduced_gaps` ``gaps``."""
+    for c, gap in zip(mech.reduced_across, np.asarray(gaps)):
+        if gap >= WRONG_GAP:
+            raise ValueError(
+                f"{function}: the spherical cut joint {mech.cut_joints[c].name!r} has its kept "
+                f"rows at zero with its two points {gap:.4g} apart along the direction it "
+                "dropped as redundant across loops (`loopdyn.redundancy`): not closed; start "
+                "from a configuration nearer the closed one"
+            )
+
+
 def _gaps_at(mech, motion):
     """``|p_b - p_a|`` of each cut joint in ``mech.reduced_across``: its kept rows vanish also
     where its points are apart along a dropped direction (a free body held by two connects, turned
@@ -663,15 +685,7 @@ def assemble(
         )
     if not result.converged and result.residual <= tol:
         check_locked(mech, locked_turns(mech, result.q), "assemble")
-        gaps = np.asarray(_gaps_at(mech, tree.body_motion(mech, result.q)))
-        for c, gap in zip(mech.reduced_across, gaps):
-            if gap >= WRONG_GAP:
-                raise ValueError(
-                    f"assemble: the spherical cut joint {mech.cut_joints[c].name!r} has its kept "
-                    f"rows at zero with its two points {gap:.4g} apart along the direction it "
-                    "dropped as redundant across loops (`loopdyn.redundancy`): not closed; start "
-                    "from a configuration nearer the closed one"
-                )
+        check_gaps(mech, reduced_gaps(mech, result.q), "assemble")
     if not result.converged:
         phi, top = np.asarray(loop_residual(mech, result.q)), mech.topology
         worst = max(range(len(top.loops)), key=lambda i: np.linalg.norm(phi[top.rows(i)]))

@@ -257,13 +257,15 @@ class _Options(NamedTuple):
 class _Start(NamedTuple):
     """The initial state as solved from, for the checks made after the program: ``Phi(q0)``,
     ``J qd0``, the scale of the latter ``1 + max|J| |qd0|``, whether ``assemble`` converged and
-    the turns of the locked frame pairs (`kinematics.locked_turns`)."""
+    the turns of the locked frame pairs (`kinematics.locked_turns`) and the gaps of the joints
+    reduced across loops (`kinematics.reduced_gaps`)."""
 
     phi: Float[Array, " m"]
     velocity: Float[Array, " m"]
     velocity_scale: Float[Array, ""]
     assembled: Bool[Array, ""]
     turns: Float[Array, " w"]
+    gaps: Float[Array, " g"]
 
 
 @contextlib.contextmanager
@@ -359,7 +361,8 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     norm = configuration.quaternion_norms(mech, q)
     simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], norm, stats)
     turns = kinematics.locked_turns(mech, q0)
-    return simulation, _Start(phi[0], velocity[0], scale[0], assembled, turns)
+    gaps = kinematics.reduced_gaps(mech, q0)
+    return simulation, _Start(phi[0], velocity[0], scale[0], assembled, turns, gaps)
 
 
 def simulate(
@@ -478,6 +481,7 @@ def simulate(
     else:
         _check_closed(mech, start, closure_tol)
         kinematics.check_locked(mech, start.turns, "simulate")
+        kinematics.check_gaps(mech, start.gaps, "simulate")
         if mech.topology.loops and not result.succeeded and float(result.stats.t_reached) == 0.0:
             try:  # a start at a singular configuration: name the loop
                 kinematics.check_jacobian(mech, q0)
