@@ -588,6 +588,13 @@ def reduced_gaps(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " g"]:
     return _gaps_at(mech, tree.body_motion(mech, q))
 
 
+def false_closures(mech: Mechanism, q: Float[Array, " n"]) -> tuple[Array, Array]:
+    """`locked_turns` and `reduced_gaps` at ``q`` from one body-motion pass (traceable)."""
+    motion = tree.body_motion(mech, q)
+    turns = _turns_at(mech, motion) if _locking(mech).size else jnp.zeros(0, q.dtype)
+    return turns, _gaps_at(mech, motion)
+
+
 def check_gaps(mech: Mechanism, gaps, function: str):
     """Raise ``ValueError`` naming the cut joint whose points are `WRONG_GAP` or more apart, from
     the concrete `reduced_gaps` ``gaps``."""

@@ -360,8 +360,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     )
     norm = configuration.quaternion_norms(mech, q)
     simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], norm, stats)
-    turns = kinematics.locked_turns(mech, q0)
-    gaps = kinematics.reduced_gaps(mech, q0)
+    turns, gaps = kinematics.false_closures(mech, q0)
     return simulation, _Start(phi[0], velocity[0], scale[0], assembled, turns, gaps)
 
 
