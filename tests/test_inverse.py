@@ -37,7 +37,6 @@ LIBRARY = {
 
 
 @eqx.filter_jit
-@eqx.filter_jit
 def _completed(mech, q, raw, u):
     return jax.vmap(functools.partial(complete, mech))(q, raw, u)
 
@@ -93,32 +92,33 @@ def newton_euler_residual(mech, rigid, q, qd, qdd, result):
     sum M`` (about the centre of mass) with the reported reactions, relative to the largest
     reaction. ``rigid``: which bodies carry mass."""
     com, rotation, acc, omega, alpha = body_motion(mech, q, qd, qdd)
-    points = joint_points(mech, q)
     reactions = result.reactions
     if mech.planar:  # back to spatial [n; f] with z components zero
         reactions = jnp.zeros((len(mech.joint_names), 6)).at[:, 2:5].set(reactions)
-    wrench = [jnp.zeros(6) for _ in range(mech.num_bodies)]  # about the body's centre of mass
-    for j, (parent, child) in enumerate(joint_bodies(mech)):
-        for body, sign in ((child, 1.0), (parent, -1.0)):
-            if body >= 0:
-                f = sign * reactions[j, 3:]
-                n = sign * reactions[j, :3] + jnp.cross(points[j] - com[body], f)
-                wrench[body] = wrench[body] + jnp.concatenate([n, f])
+    # every joint acts on its child (+) and its parent (-); the ground's share is dropped
+    ends = [
+        (j, body, sign)
+        for j, pair in enumerate(joint_bodies(mech))
+        for body, sign in zip(pair, (-1.0, 1.0))
+    ]
+    joint, body, sign = (np.array(x) for x in zip(*ends))
+    on_body = body >= 0
+    joint, body, sign = joint[on_body], body[on_body], sign[on_body][:, None]
+    f = sign * reactions[joint, 3:]
+    n = sign * reactions[joint, :3] + jnp.cross(joint_points(mech, q)[joint] - com[body], f)
+    wrench = jnp.zeros((mech.num_bodies, 6)).at[body].add(jnp.concatenate([n, f], axis=1))
     springs = forces.spring_wrenches(mech, q, qd)
     if mech.planar:
         springs = jnp.zeros((mech.num_bodies, 6)).at[:, 2:5].set(springs)
     position = tree.forward_kinematics(mech, q)[0]
-    worst = 0.0
-    for k in range(mech.num_bodies):
-        if not rigid[k]:
-            continue
-        f_s = rotation[k] @ springs[k, 3:]
-        n_s = rotation[k] @ springs[k, :3] + jnp.cross(position[k] - com[k], f_s)
-        inertia = rotation[k] @ mech.inertia[k] @ rotation[k].T
-        newton = mech.mass[k] * (acc[k] - mech.gravity) - wrench[k][3:] - f_s
-        euler = inertia @ alpha[k] + jnp.cross(omega[k], inertia @ omega[k]) - wrench[k][:3] - n_s
-        worst = jnp.maximum(worst, jnp.max(jnp.abs(jnp.concatenate([newton, euler]))))
-    return worst / jnp.max(jnp.abs(reactions))
+    f_s = jnp.einsum("kij,kj->ki", rotation, springs[:, 3:])
+    n_s = jnp.einsum("kij,kj->ki", rotation, springs[:, :3]) + jnp.cross(position - com, f_s)
+    inertia = rotation @ mech.inertia @ jnp.swapaxes(rotation, 1, 2)
+    newton = mech.mass[:, None] * (acc - mech.gravity) - wrench[:, 3:] - f_s
+    spin = jnp.cross(omega, jnp.einsum("kij,kj->ki", inertia, omega))
+    euler = jnp.einsum("kij,kj->ki", inertia, alpha) + spin - wrench[:, :3] - n_s
+    imbalance = jnp.max(jnp.abs(jnp.concatenate([newton, euler], axis=1)), axis=1)
+    return jnp.max(jnp.where(rigid, imbalance, 0.0)) / jnp.max(jnp.abs(reactions))
 
 
 @functools.cache
