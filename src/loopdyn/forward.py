@@ -44,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import actuators, compilation, dense, forces, kinematics, tree
+from . import actuators, compilation, dense, forces, kinematics, recursive, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
-METHODS = ("system", "slm", "sslm", "embedding")
+METHODS = ("system", "slm", "sslm", "embedding", "recursive")
 
 # A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
 # means a rank-deficient J: singular or redundant constraints.
@@ -482,7 +482,21 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     return Solution(qdd, lam, singular)
 
 
-_SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem_multipliers}
+def _recursive(mech, q, qd, tau, f_ext, baumgarte):
+    """The recursion over the body graph (`loopdyn.recursive`), O(bodies) where it is a forest."""
+    problem = recursive.unsupported(mech)
+    if problem is not None:
+        raise ValueError(f"method 'recursive' does not apply to this mechanism: {problem}")
+    psi = functools.partial(_psi, baumgarte=baumgarte)
+    return Solution(*recursive.solve(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext), psi))
+
+
+_SOLVERS = {
+    "system": _dense_kkt,
+    "slm": _system_multipliers,
+    "sslm": _subsystem_multipliers,
+    "recursive": _recursive,
+}
 
 
 @compilation.jit
