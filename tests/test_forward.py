@@ -117,7 +117,7 @@ def group_solutions(group):
         coordinates,
         rows,
         (q, qd, tau),
-        batched(union, q, qd, tau, forward.METHODS, independent),
+        batched(union, q, qd, tau, forward.GENERAL_METHODS, independent),
     )
 
 

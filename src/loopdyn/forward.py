@@ -48,7 +48,10 @@ from . import actuators, compilation, dense, forces, kinematics, recursive, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
-METHODS = ("system", "slm", "sslm", "embedding", "recursive")
+# The methods that apply to every mechanism; "recursive" needs a body graph that is a forest
+# (`loopdyn.recursive.supported`).
+GENERAL_METHODS = ("system", "slm", "sslm", "embedding")
+METHODS = GENERAL_METHODS + ("recursive",)
 
 # A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
 # means a rank-deficient J: singular or redundant constraints.
