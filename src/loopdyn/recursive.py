@@ -126,8 +126,14 @@ def supported(mech: Mechanism) -> bool:
 def plan(mech: Mechanism) -> Plan:
     """The recursion's `Plan`; ``ValueError`` naming the reason when ``mech`` is not supported."""
     cuts = tuple((c.body_a, c.body_b) for c in mech.cut_joints)
-    return _plan(mech.parent, cuts, mech.dim, bool(mech.coupling_names), mech.body_names,
-                 tuple(map(len, _cut_row_counts(mech))))
+    return _plan(
+        mech.parent,
+        cuts,
+        mech.dim,
+        bool(mech.coupling_names),
+        mech.body_names,
+        tuple(map(len, _cut_row_counts(mech))),
+    )
 
 
 @functools.cache
@@ -199,8 +205,19 @@ def _plan(parent, cuts, d, couplings, names, cut_counts) -> Plan:
                 f"recursive: {passed} constraint rows left at the root {names[b]!r}: redundant "
                 "constraints"
             )
-        nodes[b] = _Node(b, graph_parent[b], kind, joint, sign, grounded,
-                         tuple(ground_cuts[b]), tuple(children[b]), rows, edge_rows, passed)
+        nodes[b] = _Node(
+            b,
+            graph_parent[b],
+            kind,
+            joint,
+            sign,
+            grounded,
+            tuple(ground_cuts[b]),
+            tuple(children[b]),
+            rows,
+            edge_rows,
+            passed,
+        )
     return Plan(tuple(nodes), tuple(order), ())
 
 
@@ -277,8 +294,10 @@ def _eliminate(inertia, bias, k_mat, k_vec, e_y, e_x, e_vec, force, armature, w,
         m = _upper_solve(rt, q1.T @ (h @ y + g_aff))
         u2 = jnp.zeros((rows, 0), inertia.dtype)
         pivots = jnp.diagonal(factor) ** 2
-        small = _small(jnp.diagonal(rt), scale) | ~jnp.all(jnp.isfinite(pivots)) | jnp.any(
-            pivots <= _PIVOT_RTOL * jnp.max(jnp.abs(jnp.diagonal(reduced)))
+        small = (
+            _small(jnp.diagonal(rt), scale)
+            | ~jnp.all(jnp.isfinite(pivots))
+            | jnp.any(pivots <= _PIVOT_RTOL * jnp.max(jnp.abs(jnp.diagonal(reduced))))
         )
     passed = inertia + inertia @ y[:, :d] - r_mat.T @ m[:, :d]
     passed = 0.5 * (passed + passed.T)
@@ -378,7 +397,7 @@ def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
         if node.passed:
             m = m + step.u2 @ multipliers.pop(b)
         accel[b] = a_x + y
-        e_y, _, _, _, _, w, c_e = edge_terms(node)
+        *_, w, c_e = edge_terms(node)
         if node.edge == "tree":
             qdd = qdd.at[node.joint].set(w @ (y - c_e))
         else:
