@@ -6,7 +6,7 @@ wrenches) the equations of motion and the acceleration constraints are (seed 000
 
     I qdd = phi + J^T lam,        J qdd = Psi = -J' qd (+ a stabilising correction).
 
-Four methods solve them and give the same numbers:
+Five methods solve them and give the same numbers (the first four on every mechanism):
 
 - ``"system"``: the dense KKT matrix ``[[I, -J^T], [J, 0]]`` (seed 000 eq. 10).
 - ``"slm"``: system-level multipliers: ``(J I^-1 J^T) lam = Psi - J I^-1 phi``, then
@@ -27,6 +27,11 @@ Four methods solve them and give the same numbers:
   ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
   (seed 003 §2, constraint embedding). The multipliers are reported as the least-squares solution
   of ``J^T lam = I qdd - phi``.
+- ``"recursive"``: exact elimination over the body graph (bodies as nodes, tree and cut joints
+  between two bodies as edges) from its leaves to its roots and back, O(bodies) like the
+  articulated-body recursion, whatever the number of loops through one subsystem (`recursive`).
+  It applies where that graph is a forest and no coordinates are coupled
+  (`recursive.supported`; otherwise ``ValueError`` naming why); it is never chosen by default.
 
 The multipliers ``lam`` are stacked loop by loop in the rows of `kinematics.loop_residual`; a
 point row of a cut joint is the force that body a exerts on body b, in world axes.
@@ -545,8 +550,8 @@ def forward_dynamics(
     about each body frame origin (the `tree` convention); ``ctrl``: the control actuators'
     inputs, one per ``mech.ctrl_names`` (MuJoCo's ``ctrl``), whose forces
     (`actuators.actuator_forces`) add to ``tau``; None: none act (unlike zeros, at which a
-    servo's bias still pulls). ``method``: ``"sslm"`` (default), ``"slm"``, ``"system"`` or
-    ``"embedding"`` (module docstring); ``independent`` chooses the independent coordinates of
+    servo's bias still pulls). ``method``: ``"sslm"`` (default), ``"slm"``, ``"system"``,
+    ``"embedding"`` or ``"recursive"`` (module docstring; where the body graph is a forest); ``independent`` chooses the independent coordinates of
     ``"embedding"`` (default `independent_coordinates`).
 
     Singular or redundant constraints (a dead centre, dependent loop rows) raise ``ValueError``
