@@ -39,9 +39,9 @@ from loopdyn import forward, kinematics, mechanisms
 KS = (4, 8, 16, 32, 64)
 B, STATES, RUNS = 1024, 16, 7
 SSLM_MAX_K = 32
-FAMILIES = {
-    "chain_mjcf": lambda k: loopdyn.load_mjcf(ladder_chain_mjcf(k)),
-    "ladder": mechanisms.ladder,
+FAMILIES = {  # the k measured per family (the small ladders only: the time this run had)
+    "chain_mjcf": (lambda k: loopdyn.load_mjcf(ladder_chain_mjcf(k)), KS),
+    "ladder": (mechanisms.ladder, (4, 8, 16)),
 }
 
 
@@ -154,6 +154,20 @@ def report(results):
     return "\n".join(lines) + "\n"
 
 
+def checkpoint(results):
+    """Write what is measured so far (a row at a time)."""
+    results["load_after"] = os.getloadavg()
+    for family, rows in results["families"].items():
+        results["exponents"][family] = {
+            m: exponent(
+                [r["k"] for r in rows], [r[m]["per_state_us"] if m in r else None for r in rows]
+            )
+            for m in ("recursive", "sslm")
+        }
+    write(HERE / "recursive_ladder.json", json.dumps(results, indent=1))
+    write(HERE / "recursive_ladder.md", report(results))
+
+
 def main():
     results = {
         "machine": machine(),
@@ -164,9 +178,10 @@ def main():
         "exponents": {},
     }
     print("load average before:", results["load_before"], flush=True)
-    for family, build in FAMILIES.items():
+    for family, (build, ks) in FAMILIES.items():
         rows = []
-        for k in KS:
+        results["families"][family] = rows
+        for k in ks:
             mech = build(k)
             if not loopdyn.recursive.supported(mech):
                 print(family, k, "not supported:", loopdyn.recursive.unsupported(mech))
@@ -181,17 +196,9 @@ def main():
                 row["difference"] = float(jnp.max(jnp.abs(ours.qdd - theirs.qdd))) / scale
             print(family, json.dumps(row), flush=True)
             rows.append(row)
-        results["families"][family] = rows
-        results["exponents"][family] = {
-            m: exponent(
-                [r["k"] for r in rows], [r[m]["per_state_us"] if m in r else None for r in rows]
-            )
-            for m in ("recursive", "sslm")
-        }
-    results["load_after"] = os.getloadavg()
+            checkpoint(results)
+    checkpoint(results)
     print("load average after:", results["load_after"], flush=True)
-    write(HERE / "recursive_ladder.json", json.dumps(results, indent=1))
-    write(HERE / "recursive_ladder.md", report(results))
 
 
 if __name__ == "__main__":

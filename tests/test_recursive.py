@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.dead_centre import folded_four_bar
 from support.states import random_draws
 
 import loopdyn
@@ -118,22 +119,7 @@ def test_gradients_match_sslm():
 
 def test_dead_centre_is_flagged():
     """The four-bar folded flat (crank + coupler = ground + rocker): singular, not NaN-silent."""
-    b = loopdyn.MechanismBuilder(planar=True)
-    for body, length in (("crank", 0.1), ("coupler", 0.3), ("rocker", 0.2)):
-        b.add_body(body, 1.0, (length / 2, 0, 0), 1e-3)
-    b.add_joint("A", "revolute", "ground", "crank", actuated=True)
-    b.add_joint("B", "revolute", "crank", "coupler", position=(0.1, 0, 0))
-    b.add_joint("D", "revolute", "ground", "rocker", position=(0.6, 0, 0))
-    b.add_joint(
-        "C",
-        "revolute",
-        "coupler",
-        "rocker",
-        position=(0.3, 0, 0),
-        child_position=(0.2, 0, 0),
-        cut=True,
-    )
-    mech = b.build(q0=np.array([0.0, 0.0, np.pi]))
+    mech = folded_four_bar()
     result = forward.solve(mech, mech.q0, jnp.zeros(3), jnp.ones(3), method="recursive")
     assert bool(result.singular)
     with pytest.raises(ValueError, match="singular"):
