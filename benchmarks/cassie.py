@@ -145,7 +145,7 @@ def loopdyn_calls(mech, q, v, tau, repeats, batch_methods):
     out = {}
     n = min(64, len(q))  # single calls cycle over 64 different states
     args = [[jnp.asarray(x[k]) for x in (q, v, tau)] for k in range(n)]
-    for method in loopdyn.forward.METHODS:
+    for method in loopdyn.forward.GENERAL_METHODS:
         keep = independent if method == "embedding" else None
 
         def f(*x, method=method, keep=keep):

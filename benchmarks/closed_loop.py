@@ -57,7 +57,7 @@ from tree_dynamics import machine as tree_machine
 
 # the compiled peer's program and its compile time (built at start, compile time reported apart)
 PEER = [None, None]
-METHODS = forward.METHODS  # system, slm, sslm, embedding
+METHODS = forward.GENERAL_METHODS  # system, slm, sslm, embedding
 LADDER_METHODS = ("system", "slm", "sslm")
 MECHANISMS = ("four_bar", "three_rrr")
 PIN_ALGORITHMS = ("constraintDynamics", "lcaba")

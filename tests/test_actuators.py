@@ -184,7 +184,7 @@ def _full_mass(model, data, dofs):
     return full[np.ix_(dofs, dofs)]
 
 
-@pytest.mark.parametrize("method", forward.METHODS)
+@pytest.mark.parametrize("method", forward.GENERAL_METHODS)
 def test_four_bar_methods_solve_with_mujocos_terms(method):
     """Each method against a dense KKT solve of MuJoCo's mass matrix, bias, gravcomp and
     actuator forces (friction left out: MuJoCo's is a constraint), loop rows from loopdyn."""

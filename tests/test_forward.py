@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.composite import side_by_side
+from support.dead_centre import folded_four_bar
 from support.pinocchio_model import pinocchio_problem
 
 import loopdyn
@@ -117,7 +118,7 @@ def group_solutions(group):
         coordinates,
         rows,
         (q, qd, tau),
-        batched(union, q, qd, tau, forward.METHODS, independent),
+        batched(union, q, qd, tau, forward.GENERAL_METHODS, independent),
     )
 
 
@@ -295,22 +296,7 @@ def test_dead_centre_is_reported_not_nan():
     """A four-bar whose links line up (crank + coupler = ground + rocker, folded flat). Its bodies,
     joints and actuator are named as the library four-bar's: `loopdyn.forward_dynamics`'s SSLM
     program is theirs; the batched program holds the three methods it checks."""
-    b = loopdyn.MechanismBuilder(planar=True)
-    for body, length in (("crank", 0.1), ("coupler", 0.3), ("rocker", 0.2)):
-        b.add_body(body, 1.0, (length / 2, 0, 0), 1e-3)
-    b.add_joint("A", "revolute", "ground", "crank", actuated=True)
-    b.add_joint("B", "revolute", "crank", "coupler", position=(0.1, 0, 0))
-    b.add_joint("D", "revolute", "ground", "rocker", position=(0.6, 0, 0))
-    b.add_joint(
-        "C",
-        "revolute",
-        "coupler",
-        "rocker",
-        position=(0.3, 0, 0),
-        child_position=(0.2, 0, 0),
-        cut=True,
-    )
-    mech = b.build(q0=np.array([0.0, 0.0, np.pi]))
+    mech = folded_four_bar()
     assert jax.tree.structure(mech) == jax.tree.structure(library("four_bar"))
     state = (jnp.stack([mech.q0] * 3), jnp.zeros((3, 3)), jnp.ones((3, 3)))
     independent = forward.independent_coordinates(library("four_bar"))

@@ -70,7 +70,7 @@ def test_loaded_elements_match_mujoco(loaded):
         assert np.all(np.abs(passive) > 0.01)
 
 
-@pytest.mark.parametrize("method", forward.METHODS)
+@pytest.mark.parametrize("method", forward.GENERAL_METHODS)
 def test_every_method_solves_the_constrained_equations_with_mujocos_terms(loaded, method):
     """qdd and lambda against a dense KKT solve built from MuJoCo's M, bias and passive forces
     (the loop rows from loopdyn's kinematics, checked against MuJoCo elsewhere)."""

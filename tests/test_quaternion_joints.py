@@ -231,7 +231,7 @@ def test_redundant_point_rows_are_dropped():
     expected, lam = loopdyn.forward_dynamics(planar, q, qd, tau)
     angle = float(q[0] + q[1])  # of the coupler, whose frame carries the rows' directions
     turn = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
-    for method in loopdyn.forward.METHODS:
+    for method in loopdyn.forward.GENERAL_METHODS:
         qdd, lam_spatial = loopdyn.forward_dynamics(spatial, q, qd, tau, method=method)
         np.testing.assert_allclose(qdd, expected, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(turn @ lam_spatial, lam, rtol=1e-11, atol=1e-11)
@@ -278,7 +278,7 @@ def test_rows_redundant_across_loops_are_dropped():
         qdd, lam = loopdyn.forward_dynamics(mech, q, qd, tau, method="system")
         reference = qdd if reference is None else reference
         np.testing.assert_allclose(qdd, reference, rtol=0, atol=1e-12 * np.abs(qdd).max())
-        for method in loopdyn.forward.METHODS[1:] if box_is_a else ():
+        for method in loopdyn.forward.GENERAL_METHODS[1:] if box_is_a else ():
             other, _ = loopdyn.forward_dynamics(mech, q, qd, tau, method=method)
             np.testing.assert_allclose(other, qdd, rtol=0, atol=1e-12 * np.abs(qdd).max())
         topology = analyse(mech.parent, mech.cut_joints, False)  # all rows
@@ -344,7 +344,7 @@ def test_cassie_dynamics_match_a_kkt_solve_frommujoco_model(cassie):
         q, v, tau = np.asarray(q), np.asarray(v), rng.standard_normal(mech.nv)
         expected = kkt_reference(model, data, q, v, tau)
         scale = np.abs(expected).max()
-        for method in loopdyn.forward.METHODS:
+        for method in loopdyn.forward.GENERAL_METHODS:
             qdd, _ = loopdyn.forward_dynamics(mech, q, v, tau, method=method)
             np.testing.assert_allclose(qdd, expected, atol=1e-10 * scale)
 

@@ -6,7 +6,7 @@ wrenches) the equations of motion and the acceleration constraints are (seed 000
 
     I qdd = phi + J^T lam,        J qdd = Psi = -J' qd (+ a stabilising correction).
 
-Four methods solve them and give the same numbers:
+Five methods solve them and give the same numbers (the first four on every mechanism):
 
 - ``"system"``: the dense KKT matrix ``[[I, -J^T], [J, 0]]`` (seed 000 eq. 10).
 - ``"slm"``: system-level multipliers: ``(J I^-1 J^T) lam = Psi - J I^-1 phi``, then
@@ -27,6 +27,11 @@ Four methods solve them and give the same numbers:
   ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
   (seed 003 §2, constraint embedding). The multipliers are reported as the least-squares solution
   of ``J^T lam = I qdd - phi``.
+- ``"recursive"``: exact elimination over the body graph (bodies as nodes, tree and cut joints
+  between two bodies as edges) from its leaves to its roots and back, O(bodies) like the
+  articulated-body recursion, whatever the number of loops through one subsystem (`recursive`).
+  It applies where that graph is a forest and no coordinates are coupled
+  (`recursive.supported`; otherwise ``ValueError`` naming why); it is never chosen by default.
 
 The multipliers ``lam`` are stacked loop by loop in the rows of `kinematics.loop_residual`; a
 point row of a cut joint is the force that body a exerts on body b, in world axes.
@@ -44,11 +49,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import actuators, compilation, dense, forces, kinematics, tree
+from . import actuators, compilation, dense, forces, kinematics, recursive, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
-METHODS = ("system", "slm", "sslm", "embedding")
+# The methods that apply to every mechanism; "recursive" needs a body graph that is a forest
+# (`loopdyn.recursive.supported`).
+GENERAL_METHODS = ("system", "slm", "sslm", "embedding")
+METHODS = GENERAL_METHODS + ("recursive",)
 
 # A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
 # means a rank-deficient J: singular or redundant constraints.
@@ -482,7 +490,21 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     return Solution(qdd, lam, singular)
 
 
-_SOLVERS = {"system": _dense_kkt, "slm": _system_multipliers, "sslm": _subsystem_multipliers}
+def _recursive(mech, q, qd, tau, f_ext, baumgarte):
+    """The recursion over the body graph (`loopdyn.recursive`), O(bodies) where it is a forest."""
+    problem = recursive.unsupported(mech)
+    if problem is not None:
+        raise ValueError(f"method 'recursive' does not apply to this mechanism: {problem}")
+    psi = functools.partial(_psi, baumgarte=baumgarte)
+    return Solution(*recursive.solve(mech, q, qd, tau, _body_wrenches(mech, q, qd, f_ext), psi))
+
+
+_SOLVERS = {
+    "system": _dense_kkt,
+    "slm": _system_multipliers,
+    "sslm": _subsystem_multipliers,
+    "recursive": _recursive,
+}
 
 
 @compilation.jit
@@ -528,8 +550,8 @@ def forward_dynamics(
     about each body frame origin (the `tree` convention); ``ctrl``: the control actuators'
     inputs, one per ``mech.ctrl_names`` (MuJoCo's ``ctrl``), whose forces
     (`actuators.actuator_forces`) add to ``tau``; None: none act (unlike zeros, at which a
-    servo's bias still pulls). ``method``: ``"sslm"`` (default), ``"slm"``, ``"system"`` or
-    ``"embedding"`` (module docstring); ``independent`` chooses the independent coordinates of
+    servo's bias still pulls). ``method``: ``"sslm"`` (default), ``"slm"``, ``"system"``,
+    ``"embedding"`` or ``"recursive"`` (module docstring; where the body graph is a forest); ``independent`` chooses the independent coordinates of
     ``"embedding"`` (default `independent_coordinates`).
 
     Singular or redundant constraints (a dead centre, dependent loop rows) raise ``ValueError``

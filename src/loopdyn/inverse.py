@@ -324,13 +324,7 @@ def _row_wrenches(mech, q):
     row at frame a's on both bodies: the derivative of the row), an angle row turns body b with
     the moment ``x X e``; body a gets the opposite."""
     ends, rows = kinematics._ends(mech, tree.body_motion(mech, q)), kinematics._rows(mech)
-    e, x = kinematics._directions(ends, rows)
-    p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
-    push, at = 1.0 - rows.angle, kinematics._by_frame(rows, p_b, p_a)
-    on_b = jnp.concatenate([push * jnp.cross(at, e) + rows.angle * jnp.cross(x, e), push * e], -1)
-    lever = (1.0 - rows.turning) * jnp.cross(p_b - p_a, e)
-    on_a = -on_b + jnp.concatenate([lever, jnp.zeros_like(lever)], -1)
-    return jnp.stack([on_b, on_a], axis=1), ends.position[:, 1]
+    return kinematics.row_wrenches(ends, rows), ends.position[:, 1]
 
 
 def _cut_wrenches(mech, q, lam):

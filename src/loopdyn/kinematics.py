@@ -243,6 +243,22 @@ def _dot(a, b):
     return jnp.sum(a * b, axis=-1)
 
 
+def row_wrenches(ends: _Ends, rows: _Rows) -> Float[Array, "m 2 6"]:
+    """World wrenches ``[n; f]`` (about the world origin) that a unit multiplier of every row
+    applies to body b and to body a of its cut joint, ``(m, 2, 6)``: a point or across row pushes
+    with ``e`` at frame b's origin (on body a, for a point row, at frame a's; an across_b row at
+    frame a's on both bodies: the derivative of the row), an angle row turns body b with the
+    moment ``x X e``; body a gets the opposite. They are also the rows of J on the bodies'
+    twists: ``J_r qd = on_b . t_b + on_a . t_a`` (twists at the world origin)."""
+    e, x = _directions(ends, rows)
+    p_a, p_b = ends.position[rows.cut, 0], ends.position[rows.cut, 1]
+    push, at = 1.0 - rows.angle, _by_frame(rows, p_b, p_a)
+    on_b = jnp.concatenate([push * jnp.cross(at, e) + rows.angle * jnp.cross(x, e), push * e], -1)
+    lever = (1.0 - rows.turning) * jnp.cross(p_b - p_a, e)
+    on_a = -on_b + jnp.concatenate([lever, jnp.zeros_like(lever)], -1)
+    return jnp.stack([on_b, on_a], axis=1)
+
+
 @compilation.jit
 def loop_residual(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " m"]:
     """Stacked position constraints ``Phi(q)`` of all cut joints, loop by loop (zero when every

@@ -907,6 +907,25 @@ def subsystem_stack_terms(
     return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
 
 
+def _recursion_terms(mech, params, q, qd, f_ext):
+    frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
+    momentum = _momentum(mech.planar, frames.inertia, frames.twist)
+    bias = _cross_force(mech.planar, frames.twist, momentum) - _external(mech, frames, f_ext)
+    inertia = _inertia_matrix(mech.planar, frames.inertia)
+    return _motion(mech, params, frames, q, qd), inertia, bias
+
+
+@compilation.jit
+def recursion_terms(
+    mech: Mechanism, q, qd, f_ext=None
+) -> tuple[Motion, Float[Array, "... n d d"], Float[Array, "... n d"]]:
+    """What the recursion over the body graph (`loopdyn.recursive`) takes from the tree, from one
+    base -> tips pass, in the ground frame: the `body_motion` at ``(q, qd)``, every body's extended
+    mass matrix ``M_i`` and its velocity-product wrench less the external ones,
+    ``t_i x* M_i t_i - f_ext_i``."""
+    return _batched(mech, functools.partial(_recursion_terms, mech), f_ext, q=q, qd=qd)
+
+
 def _system_terms(mech, params, q, qd, tau, f_ext):
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
     (mass,) = _inertia_blocks(mech, params, frames, ((0, mech.num_bodies),))

@@ -1,0 +1,425 @@
+"""Closed-loop forward dynamics in O(bodies) by a recursion over the body graph (method
+``"recursive"`` of `loopdyn.forward`).
+
+The body graph has the bodies as nodes (not the ground) and as edges the tree joints and the cut
+joints between two bodies. A tree joint to the ground or a cut joint with one side on the ground
+is not an edge: it constrains one body. Where this graph is a forest (`supported`: e.g. the four-
+bar, the 3-RRR, the RSSR, the Stewart platform, a ladder of four-bars drawn as one deep chain,
+`benchmarks._peers.ladder_chain_mjcf`) the constrained equations are eliminated exactly from the
+leaves to a root in each component, like the articulated-body algorithm on a tree, then
+substituted back from the roots: the cost is linear in the number of bodies, whatever the number
+of loops through one subsystem.
+
+Notation (ground frame, Pluecker coordinates about the world origin, as in `tree`): ``a_b`` is
+body b's twist-rate with the ground accelerating by gravity's ``gamma = -[0; g]``; ``M_b`` its
+extended mass matrix, ``h_b = t_b x* M_b t_b - f_b`` its velocity-product wrench less external
+ones; ``s_i``, ``c_i`` the joint-rate vector and velocity-product term of tree joint i,
+``a_i = a_parent + s_i qdd_i + c_i``. A cut-joint row r reads, with the world wrenches
+``G_r^b, G_r^a`` of a unit multiplier on its two bodies (`kinematics.row_wrenches`, which are
+also its rows of J on the bodies' twists),
+
+    G_r^b . a_b + G_r^a . a_a = Psi_r + G_r^b . a0_b + G_r^a . a0_a,
+
+``a0`` the twist-rates at ``qdd = 0`` (a ground side drops out). Its multiplier is ``lam_r``.
+
+Summary of a subtree rooted at b: the wrench it needs from the edge to its graph parent is
+``f_b = I_b a_b + p_b - K_b^T nu_b`` with ``K_b a_b = k_b`` (``c_b <= d`` rows, ``nu_b`` their
+multipliers): its articulated inertia, bias and the constraints it leaves on ``a_b``. At body b,
+``I_b = M_b + sum I_child``, ``p_b = h_b + sum p_child``, and the rows are its own (the
+complement ``T_b`` of ``s_b`` for a tree joint to the ground, ``T_b (a_b - gamma - c_b) = 0``,
+with its joint force as the wrench ``w_b tau_b``, ``w_b = s_b / |s_b|^2``; its cut rows to the
+ground) and the children's. The edge to the graph parent x is a free relative motion
+``a_b = a_x + y`` with edge rows ``E_y y + E_x a_x = e``: for a tree joint (either direction,
+``s = +-s_i``, ``c = +-c_i``) ``T (y - c) = 0`` with the force ``w tau_i`` on ``y``, for a cut
+joint its rows. Minimising the subtree's Gibbs-Appell function over ``y`` under
+``C y = r0 - R a_x``, ``C = [K_b; E_y]``, ``R = [K_b; E_x]``, ``r0 = [k_b; e]``:
+
+    H y + g - C^T m = 0,    H = I_b + armature w w^T,    g = I_b a_x + p_b - w tau + ...
+
+- ``C`` with at least d rows (rank d): a Householder QR ``C = [U1 U2] [C1; 0]`` fixes
+  ``y = C1^-1 U1^T (r0 - R a_x)`` and ``m = U1 C1^-T (H y + g) + U2 m2``; the rows
+  ``U2^T R a_x = U2^T r0`` pass up with their multipliers ``m2``.
+- fewer rows (full row rank): QR ``C^T = [Q1 N] [Rt; 0]``, ``y = Q1 Rt^-T r + N z`` with
+  ``(N^T H N) z = -N^T (H Q1 Rt^-T r + g)`` (Cholesky), ``m = Rt^-1 Q1^T (H y + g)``.
+
+Both make ``y`` and ``m`` affine in ``a_x``, and the parent gets
+``f_x = I_b (a_x + y) + p_b - R^T m``: ``I_x += I_b + I_b Y - R^T M``. A root's edge is its tree
+joint to the ground (``a_x = gamma``). Back substitution from the roots gives ``a``, ``y``,
+``qdd_i = w^T (y - c)`` (``w_b^T (a_b - gamma - c_b)`` for a tree joint to the ground) and the
+multipliers.
+
+Structural rule (`plan`, fixed at build time by counting rows, generic ranks): every body's rows
+``c_b <= d`` and no rows left at a root; a pivot (a diagonal of ``C1``, ``Rt`` or the Cholesky
+factor) that vanishes at a state sets ``singular``. This happens at singular configurations, but
+also where the elimination order meets a local dead centre of one loop (its rows blind to the
+joint they are eliminated at) while the whole mechanism is not singular; `forward.solve`'s other
+methods handle those states. Couplings of coordinates are not supported.
+
+Layout: the passes are unrolled body by body at trace time (per state; ``vmap`` batches them), so
+the work is linear in the bodies but the compiled program grows with them too (about 160 lowered
+ops a body, 10 s to compile the 17-body chain ladder on one core); batching the bodies of one
+graph depth together, as `tree` does, is not done yet.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import dense, kinematics, spatial, tree
+from .mechanism import Mechanism
+
+# A pivot this much smaller (squared) than the scale of its matrix means a singular state, as in
+# `forward._pivot_is_small`.
+_PIVOT_RTOL = 1e-13
+
+
+class _Node(NamedTuple):
+    """Static structure of body ``body`` in the body graph: its graph ``parent`` (-1: the ground,
+    for a root), the ``edge`` to it (``"tree"``: the tree joint of body ``joint``, ``sign`` +1 when
+    that is ``body`` itself, -1 when it is the parent's; ``"cut"``: cut joint ``joint``, ``sign``
+    0 when the body is its side a, 1 side b), whether its own tree joint goes to the ground and
+    is not its edge (``grounded``), its cut joints to the ground ``(cut, side)``, its children and
+    row counts: ``rows`` on ``a_b`` (own, then the children's), ``edge_rows``, ``passed`` up."""
+
+    body: int
+    parent: int
+    edge: str
+    joint: int
+    sign: int
+    grounded: bool
+    ground_cuts: tuple[tuple[int, int], ...]
+    children: tuple[int, ...]
+    rows: int
+    edge_rows: int
+    passed: int
+
+
+class Plan(NamedTuple):
+    """The recursion's static structure: the `_Node` of every body, the bodies in elimination
+    order from the roots (parents before children) and each cut joint's rows in the stacked ``lam``."""
+
+    nodes: tuple[_Node, ...]
+    order: tuple[int, ...]
+    cut_rows: tuple[tuple[int, ...], ...]
+
+
+def _cut_row_counts(mech):
+    rows = kinematics._rows(mech).cut if mech.cut_joints else np.zeros(0, dtype=int)
+    return [tuple(np.flatnonzero(rows == c).tolist()) for c in range(len(mech.cut_joints))]
+
+
+def unsupported(mech: Mechanism) -> str | None:
+    """Why the method ``"recursive"`` does not apply to ``mech`` (None when it does)."""
+    try:
+        plan(mech)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def supported(mech: Mechanism) -> bool:
+    """Whether ``mech`` has the structure `plan` needs: a body graph that is a forest, no
+    couplings of coordinates, at most ``d`` rows left on any body and none at a root."""
+    return unsupported(mech) is None
+
+
+def plan(mech: Mechanism) -> Plan:
+    """The recursion's `Plan`; ``ValueError`` naming the reason when ``mech`` is not supported."""
+    cuts = tuple((c.body_a, c.body_b) for c in mech.cut_joints)
+    return _plan(
+        mech.parent,
+        cuts,
+        mech.dim,
+        bool(mech.coupling_names),
+        mech.body_names,
+        tuple(map(len, _cut_row_counts(mech))),
+    )
+
+
+@functools.cache
+def _plan(parent, cuts, d, couplings, names, cut_counts) -> Plan:
+    n = len(parent)
+    if couplings:
+        raise ValueError("recursive: couplings of coordinates are not supported")
+    edges = {b: [] for b in range(n)}  # body -> [(other, kind, joint, sign)]
+    links = [(b, p, "tree", b) for b, p in enumerate(parent) if p >= 0]
+    links += [(a, b, "cut", c) for c, (a, b) in enumerate(cuts) if a >= 0 and b >= 0]
+    root_of = list(range(n))
+
+    def find(b):
+        while root_of[b] != b:
+            b = root_of[b]
+        return b
+
+    for a, b, kind, joint in links:
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            what = f"tree joint of {names[joint]!r}" if kind == "tree" else f"cut joint {joint}"
+            raise ValueError(
+                f"recursive: the body graph is not a forest: the {what} between {names[a]!r} "
+                f"and {names[b]!r} closes a loop through bodies only (not the ground)"
+            )
+        root_of[ra] = rb
+        edges[a].append((b, kind, joint))
+        edges[b].append((a, kind, joint))
+    ground_cuts = {b: [] for b in range(n)}
+    for c, (a, b) in enumerate(cuts):
+        if a < 0 and b >= 0:
+            ground_cuts[b].append((c, 1))
+        elif b < 0 and a >= 0:
+            ground_cuts[a].append((c, 0))
+    graph_parent, edge_of, children, order = {}, {}, {b: [] for b in range(n)}, []
+    for root in range(n):  # the first tree root of each component
+        if parent[root] >= 0 or root in graph_parent:
+            continue
+        graph_parent[root], edge_of[root] = -1, ("tree", root, 1)
+        stack = [root]
+        while stack:  # depth-first; `order` reversed is children before parents
+            x = stack.pop()
+            order.append(x)
+            for b, kind, joint in edges[x]:
+                if b in graph_parent:
+                    continue
+                if kind == "tree":
+                    sign = 1 if joint == b else -1
+                else:
+                    sign = 0 if cuts[joint][0] == b else 1
+                graph_parent[b], edge_of[b] = x, (kind, joint, sign)
+                children[x].append(b)
+                stack.append(b)
+    nodes = [None] * n
+    for b in reversed(order):
+        kind, joint, sign = edge_of[b]
+        grounded = parent[b] < 0 and graph_parent[b] >= 0
+        own = (d - 1) * grounded + sum(cut_counts[c] for c, _ in ground_cuts[b])
+        rows = own + sum(nodes[child].passed for child in children[b])
+        if rows > d:
+            raise ValueError(
+                f"recursive: {rows} constraint rows left on body {names[b]!r} (more than {d}): "
+                "redundant constraints, or an elimination this method does not handle"
+            )
+        edge_rows = d - 1 if kind == "tree" else cut_counts[joint]
+        passed = max(rows + edge_rows - d, 0)
+        if graph_parent[b] < 0 and passed:
+            raise ValueError(
+                f"recursive: {passed} constraint rows left at the root {names[b]!r}: redundant "
+                "constraints"
+            )
+        nodes[b] = _Node(
+            b,
+            graph_parent[b],
+            kind,
+            joint,
+            sign,
+            grounded,
+            tuple(ground_cuts[b]),
+            tuple(children[b]),
+            rows,
+            edge_rows,
+            passed,
+        )
+    return Plan(tuple(nodes), tuple(order), ())
+
+
+# Small dense algebra, unrolled (dense sizes here are at most 2 d).
+
+
+def _qr(a):
+    """Householder QR of a tall ``a`` ``(m, k)``, ``m >= k``: ``q`` ``(m, m)`` orthogonal and the
+    upper-triangular ``r`` ``(k, k)`` with ``a = q [r; 0]``."""
+    m, k = a.shape
+    q = jnp.eye(m, dtype=a.dtype)
+    for j in range(k):
+        x = a[j:, j]
+        norm = jnp.sqrt(jnp.sum(x * x) + jnp.finfo(a.dtype).tiny)
+        alpha = -jnp.where(x[0] >= 0, norm, -norm)
+        v = x.at[0].add(-alpha)
+        beta = 2.0 / jnp.sum(v * v)
+        a = a.at[j:].add(-beta * jnp.outer(v, v @ a[j:]))
+        q = q.at[:, j:].add(-beta * jnp.outer(q[:, j:] @ v, v))
+    return q, a[:k]
+
+
+def _upper_solve(r, b, transpose=False):
+    """``r^-1 b`` (``r^-T b`` when ``transpose``) for upper-triangular ``r``, ``b`` a matrix."""
+    k = r.shape[0]
+    entries, rows = dense._entries(r), [b[i] for i in range(k)]
+    order = range(k) if transpose else reversed(range(k))
+    return jnp.stack(dense._substitute(entries, rows, order, transpose)).reshape(b.shape)
+
+
+def _small(pivots, scale):
+    """Whether a pivot vanishes: ``pivot^2 <= rtol * scale`` or not finite."""
+    squares = pivots**2
+    return ~jnp.all(jnp.isfinite(squares)) | jnp.any(squares <= _PIVOT_RTOL * scale)
+
+
+class _Step(NamedTuple):
+    """What back substitution needs of one edge: ``y`` and the multipliers ``m`` of ``[K; E]``
+    affine in ``a_x`` (``(., d + 1)``, the last column constant) and ``U2`` for the rows passed
+    up."""
+
+    y: jax.Array
+    m: jax.Array
+    u2: jax.Array
+
+
+def _eliminate(inertia, bias, k_mat, k_vec, e_y, e_x, e_vec, force, armature, w, c):
+    """One edge: the subtree summary ``(I, p, K, k)`` at b and the edge ``a_b = a_x + y`` with
+    rows ``E_y y + E_x a_x = e``, a force ``force`` on ``y`` and ``armature (w . (y - c))^2 / 2``:
+    the summary passed to x ``(I'', p'', K'', k'')``, the `_Step` and whether a pivot vanished."""
+    d = inertia.shape[0]
+    c_mat = jnp.concatenate([k_mat, e_y])
+    r_mat = jnp.concatenate([k_mat, e_x])
+    r_aff = jnp.concatenate([-r_mat, jnp.concatenate([k_vec, e_vec])[:, None]], axis=1)
+    h = inertia + armature * jnp.outer(w, w)
+    g0 = bias - force - armature * w * (w @ c)
+    g_aff = jnp.concatenate([inertia, g0[:, None]], axis=1)
+    scale = jnp.max(jnp.sum(c_mat * c_mat, axis=0))
+    rows = c_mat.shape[0]
+    if rows >= d:  # y fixed by the rows; rows - d pass up
+        q, c1 = _qr(c_mat)
+        u1, u2 = q[:, :d], q[:, d:]
+        y = _upper_solve(c1, u1.T @ r_aff)
+        m = u1 @ _upper_solve(c1, h @ y + g_aff, transpose=True)
+        small = _small(jnp.diagonal(c1), scale)
+    else:  # y's free part keeps inertia
+        q, rt = _qr(c_mat.T)
+        q1, null = q[:, :rows], q[:, rows:]
+        rho = q1 @ _upper_solve(rt, r_aff, transpose=True)
+        reduced = null.T @ h @ null
+        factor = dense.cholesky(reduced)
+        z = -dense.cho_solve(factor, null.T @ (h @ rho + g_aff))
+        y = rho + null @ z
+        m = _upper_solve(rt, q1.T @ (h @ y + g_aff))
+        u2 = jnp.zeros((rows, 0), inertia.dtype)
+        pivots = jnp.diagonal(factor) ** 2
+        small = (
+            _small(jnp.diagonal(rt), scale)
+            | ~jnp.all(jnp.isfinite(pivots))
+            | jnp.any(pivots <= _PIVOT_RTOL * jnp.max(jnp.abs(jnp.diagonal(reduced))))
+        )
+    passed = inertia + inertia @ y[:, :d] - r_mat.T @ m[:, :d]
+    passed = 0.5 * (passed + passed.T)
+    passed_bias = inertia @ y[:, d] + bias - r_mat.T @ m[:, d]
+    return (passed, passed_bias, u2.T @ r_mat, u2.T @ r_aff[:, d]), _Step(y, m, u2), small
+
+
+def _complement(s):
+    """Rows ``(d - 1, d)`` orthogonal to ``s``: the last rows of its Householder reflection."""
+    return _qr(s[:, None])[0][:, 1:].T
+
+
+def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
+    """``(qdd, lam, singular)`` at one state (`loopdyn.forward.solve` with ``"recursive"``);
+    ``psi(phi, J qd, J' qd)`` gives the acceleration constraints' right-hand side."""
+    steps = plan(mech)
+    d, dtype = mech.dim, qd.dtype
+    motion, inertia, h = tree.recursion_terms(mech, q, qd, f_ext)
+    gamma = tree.ground_acceleration(mech).astype(dtype)
+    rate0 = motion.acceleration + gamma  # a0: twist-rates at qdd = 0, with gravity
+    parent = np.array(mech.parent)
+    above = jnp.where((parent >= 0)[:, None], rate0[parent], gamma)
+    c_joint, s = rate0 - above, motion.axes  # a_i = a_parent + s_i qdd_i + c_i
+    w_joint = s / jnp.sum(s * s, axis=1, keepdims=True)
+    armature = mech.armature
+    # Cut-joint rows: G^b, G^a and the right-hand side in the twist-rates a.
+    g_rows, rhs = None, None
+    if mech.cut_joints:
+        ends, rows = kinematics._ends(mech, motion), kinematics._rows(mech)
+        e, x = kinematics._directions(ends, rows)
+        wrenches = kinematics.row_wrenches(ends, rows)
+        if mech.planar:
+            wrenches = wrenches[..., np.array(spatial.PLANAR_ROWS)]
+        bodies = np.array([[c.body_b, c.body_a] for c in mech.cut_joints])[rows.cut]
+        with_ground = lambda v: jnp.concatenate([v, jnp.zeros((1, d), dtype)])
+        twist, a0 = with_ground(motion.twist), with_ground(rate0)
+        velocity = jnp.einsum("rsk,rsk->r", wrenches, twist[bodies])
+        g_rows = wrenches
+        bias = kinematics._bias(ends, rows, e, x)
+        rhs = psi(kinematics._dot(e, x), velocity, bias) + jnp.einsum(
+            "rsk,rsk->r", wrenches, a0[bodies]
+        )
+    cut_rows = _cut_row_counts(mech)
+
+    def edge_terms(node):
+        """``(E_y, E_x, e, force, armature, w, c)`` of the edge of ``node`` to its parent."""
+        if node.edge == "tree":
+            j = node.joint
+            sign = float(node.sign)
+            s_e, c_e = sign * s[j], sign * c_joint[j]
+            w = sign * w_joint[j]
+            t = _complement(s_e)
+            zero = jnp.zeros_like(t)
+            return t, zero, t @ c_e, w * tau[j], armature[j], w, c_e
+        r = np.array(cut_rows[node.joint])
+        own, other = g_rows[r, 1 - node.sign], g_rows[r, node.sign]  # side b is index 0
+        zero = jnp.zeros(d, dtype)
+        return own, own + other, rhs[r], zero, 0.0, zero, zero
+
+    summaries, saved, singular = {}, {}, jnp.asarray(False)
+    for b in steps.order[::-1]:  # tips -> roots
+        node = steps.nodes[b]
+        inertia_b, bias_b = inertia[b], h[b]
+        k_rows, k_vec = [], []
+        if node.grounded:
+            t = _complement(s[b])
+            w = w_joint[b]
+            k_rows.append(t)
+            k_vec.append(t @ (gamma + c_joint[b]))
+            inertia_b = inertia_b + armature[b] * jnp.outer(w, w)
+            bias_b = bias_b - w * tau[b] - armature[b] * w * (w @ (gamma + c_joint[b]))
+        for cut, side in node.ground_cuts:
+            r = np.array(cut_rows[cut])
+            k_rows.append(g_rows[r, 1 - side])
+            k_vec.append(rhs[r])
+        for child in node.children:
+            i_c, p_c, k_c, kv_c = summaries.pop(child)
+            inertia_b, bias_b = inertia_b + i_c, bias_b + p_c
+            k_rows.append(k_c)
+            k_vec.append(kv_c)
+        k_mat = jnp.concatenate(k_rows) if k_rows else jnp.zeros((0, d), dtype)
+        k_vec = jnp.concatenate(k_vec) if k_vec else jnp.zeros(0, dtype)
+        summary, step, small = _eliminate(inertia_b, bias_b, k_mat, k_vec, *edge_terms(node))
+        summaries[b], saved[b] = summary, step
+        singular = singular | small
+
+    # Gathered as pieces and placed once at the end: a scatter per body copies the whole vector.
+    qdd, lam = {}, {}  # coordinate -> value, cut-row index array -> values
+    accel, multipliers = {}, {}
+    for b in steps.order:  # roots -> tips
+        node = steps.nodes[b]
+        a_x = gamma if node.parent < 0 else accel[node.parent]
+        step = saved[b]
+        ax1 = jnp.concatenate([a_x, jnp.ones(1, dtype)])
+        y = step.y @ ax1
+        m = step.m @ ax1
+        if node.passed:
+            m = m + step.u2 @ multipliers.pop(b)
+        accel[b] = a_x + y
+        *_, w, c_e = edge_terms(node)
+        if node.edge == "tree":
+            qdd[node.joint] = w @ (y - c_e)
+        else:
+            lam[cut_rows[node.joint]] = m[node.rows :]
+        start = 0
+        if node.grounded:
+            qdd[b] = w_joint[b] @ (accel[b] - gamma - c_joint[b])
+            start = d - 1
+        for cut, _ in node.ground_cuts:
+            r = np.array(cut_rows[cut])
+            lam[cut_rows[cut]] = m[start : start + r.size]
+            start += r.size
+        for child in node.children:
+            count = steps.nodes[child].passed
+            multipliers[child] = m[start : start + count]
+            start += count
+    qdd = jnp.stack([qdd[j] for j in range(mech.num_bodies)])
+    rows = np.concatenate([np.array(r, dtype=int) for r in lam] or [np.zeros(0, dtype=int)])
+    values = jnp.concatenate(list(lam.values())) if lam else jnp.zeros(0, dtype)
+    return qdd, values[np.argsort(rows)], singular
