@@ -56,15 +56,17 @@ def check_precision(mech: Mechanism, function: str):
         )
 
 
-def check_arrays(mech: Mechanism, function: str, **arrays):
+def check_arrays(mech: Mechanism, function: str, *, keep_numpy: bool = False, **arrays):
     """Return the ``arrays`` as JAX arrays in the mechanism's precision after checking each shape
     and, when concrete, that it holds no NaN or inf (``None`` passes through); `check_precision`
-    first.
+    first. ``keep_numpy``: NumPy input stays NumPy (a jitted call converts it for less than
+    ``jnp.asarray`` costs).
 
     Raises ``ValueError`` like ``forward_dynamics: tau must have shape (3,) (one entry per
     coordinate ['A', 'B', 'C']), got (2,)``; also for non-numeric input, for arguments that
     are not real numbers and for NaN or inf (the first entries named)."""
     check_precision(mech, function)
+    dtype = mech.q0.dtype
     out = []
     for name, value in arrays.items():
         if value is None:
@@ -83,9 +85,12 @@ def check_arrays(mech: Mechanism, function: str, **arrays):
             )
         if value.dtype.kind not in "fiu":
             raise ValueError(f"{function}: {name} must be real numbers, got dtype {value.dtype}")
-        check_finite(function, **{name: value})
-        out.append(value.astype(mech.q0.dtype) if value.dtype != mech.q0.dtype else value)
-    out = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in out]
+        out.append(value.astype(dtype) if value.dtype != dtype else value)
+    concrete = [x for x in out if x is not None and not isinstance(x, jax.core.Tracer)]
+    if concrete and not np.isfinite(np.concatenate([np.ravel(x) for x in concrete])).all():
+        check_finite(function, **{k: v for k, v in zip(arrays, out) if v is not None})
+    if not keep_numpy:
+        out = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in out]
     return out[0] if len(out) == 1 else out
 
 

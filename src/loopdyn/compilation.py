@@ -14,12 +14,17 @@ compiles with the user's options. Pass them there too::
     step = jax.jit(my_step, compiler_options=loopdyn.compilation.OPTIONS)
 
 JAX's global configuration is left as the user set it.
+
+An eager call passes each array argument through JAX's dispatch (about 0.3 us per argument on
+this machine); `packed` hands a mechanism's arrays over as one vector per dtype instead.
 """
 
 import functools
+import weakref
 
 import equinox as eqx
 import jax
+import numpy as np
 from jax.extend.core import find_top_trace
 
 OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
@@ -56,3 +61,39 @@ def array_jit(fun, **kwargs):
     call = _either(top, jax.jit(fun, **kwargs))
     call.lower = top.lower
     return call
+
+
+# id(tree) -> (weak reference, vectors, layout) of the trees `packed` has seen and that still live
+_PACKED = {}
+
+
+def packed(tree):
+    """``(vectors, layout)``: the array leaves of ``tree`` (immutable: a mechanism) concatenated
+    into one vector per dtype, and the hashable layout that `unpacked` rebuilds the tree from.
+    Computed once per live tree object."""
+    key = id(tree)
+    cached = _PACKED.get(key)
+    if cached is not None and cached[0]() is tree:
+        return cached[1], cached[2]
+    leaves, structure = jax.tree.flatten(tree)
+    dtypes = tuple(sorted({str(x.dtype) for x in leaves}))
+    vectors = tuple(
+        np.concatenate([np.ravel(x) for x in leaves if str(x.dtype) == d] or [np.zeros(0, d)])
+        for d in dtypes
+    )
+    layout = (structure, dtypes, tuple((str(x.dtype), x.shape) for x in leaves))
+    reference = weakref.ref(tree, lambda _: _PACKED.pop(key, None))
+    _PACKED[key] = (reference, vectors, layout)
+    return vectors, layout
+
+
+def unpacked(layout, vectors):
+    """The tree of `packed`, from its vectors (inside a program: static slices)."""
+    structure, dtypes, shapes = layout
+    offsets = dict.fromkeys(dtypes, 0)
+    leaves = []
+    for dtype, shape in shapes:
+        start, size = offsets[dtype], int(np.prod(shape, dtype=int))
+        leaves.append(vectors[dtypes.index(dtype)][start : start + size].reshape(shape))
+        offsets[dtype] = start + size
+    return jax.tree.unflatten(structure, leaves)

@@ -559,16 +559,19 @@ def forward_dynamics(
     `solve` for a flag instead. Compiled once per mechanism topology and method.
     """
     q, qd, tau, f_ext, ctrl = check_arrays(
-        mech, "forward_dynamics", q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
+        mech, "forward_dynamics", keep_numpy=True, q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
     )
     check_method(method)
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
     independent = tuple(independent or ())
     if _is_concrete(q) and _is_concrete(mech.mass):  # eager: jax.jit's own dispatch
-        leaves, structure = jax.tree.flatten(mech)
-        result = _eager(structure, method, independent)(leaves, q, qd, tau, f_ext, ctrl)
+        vectors, layout = compilation.packed(mech)
+        result = _eager(layout, method, independent)(vectors, q, qd, tau, f_ext, ctrl)
     else:
+        q, qd, tau, f_ext, ctrl = (
+            None if x is None else jnp.asarray(x) for x in (q, qd, tau, f_ext, ctrl)
+        )
         result = solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
     if _is_concrete(result.singular):
         if bool(result.singular):
@@ -585,13 +588,13 @@ def forward_dynamics(
 
 
 @functools.cache
-def _eager(structure, method, independent):
-    """`solve` jitted over the mechanism's leaves, one program per structure, method and
-    partition: an eager call pays ``jax.jit``'s dispatch, not equinox's filtering of the whole
-    mechanism (a third of the time of a four-bar call)."""
+def _eager(layout, method, independent):
+    """`solve` jitted over the mechanism's arrays packed into one vector (`compilation.packed`),
+    one program per layout, method and partition: an eager call pays ``jax.jit``'s dispatch for
+    a few arguments, not equinox's filtering of the whole mechanism nor 38 arguments."""
 
-    def run(leaves, q, qd, tau, f_ext, ctrl):
-        mech = jax.tree.unflatten(structure, leaves)
+    def run(vectors, q, qd, tau, f_ext, ctrl):
+        mech = compilation.unpacked(layout, vectors)
         return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
 
     return compilation.array_jit(run)
