@@ -69,13 +69,15 @@ _PACKED = {}
 
 def packed(tree):
     """``(vectors, layout)``: the array leaves of ``tree`` (immutable: a mechanism) concatenated
-    into one vector per dtype, and the hashable layout that `unpacked` rebuilds the tree from.
-    Computed once per live tree object."""
+    into one vector per dtype, and the hashable layout that `unpacked` rebuilds the tree from;
+    computed once per live tree object. None when a leaf is traced."""
     key = id(tree)
     cached = _PACKED.get(key)
     if cached is not None and cached[0]() is tree:
         return cached[1], cached[2]
     leaves, structure = jax.tree.flatten(tree)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return None
     dtypes = tuple(sorted({str(x.dtype) for x in leaves}))
     vectors = tuple(
         np.concatenate([np.ravel(x) for x in leaves if str(x.dtype) == d] or [np.zeros(0, d)])
@@ -97,3 +99,23 @@ def unpacked(layout, vectors):
         leaves.append(vectors[dtypes.index(dtype)][start : start + size].reshape(shape))
         offsets[dtype] = start + size
     return jax.tree.unflatten(structure, leaves)
+
+
+def packed_jit(fun, static_argnums=()):
+    """`array_jit` of ``fun(mech, *args)`` (arrays and static arguments only) that hands a
+    concrete ``mech`` to its program as the vectors of `packed`: one argument per dtype instead
+    of one per leaf. A traced ``mech`` goes in as it is."""
+
+    def run(vectors, layout, *args):
+        return fun(unpacked(layout, vectors), *args)
+
+    shifted = tuple(k + 1 for k in static_argnums)  # fun's argument k is run's k + 1
+    by_vectors = array_jit(run, static_argnums=(1, *shifted))
+    as_is = array_jit(fun, static_argnums=static_argnums)
+
+    @functools.wraps(fun)
+    def call(mech, *args):
+        split = packed(mech)
+        return as_is(mech, *args) if split is None else by_vectors(split[0], split[1], *args)
+
+    return call

@@ -565,9 +565,8 @@ def forward_dynamics(
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
     independent = tuple(independent or ())
-    if _is_concrete(q) and _is_concrete(mech.mass):  # eager: jax.jit's own dispatch
-        vectors, layout = compilation.packed(mech)
-        result = _eager(layout, method, independent)(vectors, q, qd, tau, f_ext, ctrl)
+    if _is_concrete(q):  # eager: jax.jit's own dispatch
+        result = _eager(mech, q, qd, tau, f_ext, ctrl, method, independent)
     else:
         q, qd, tau, f_ext, ctrl = (
             None if x is None else jnp.asarray(x) for x in (q, qd, tau, f_ext, ctrl)
@@ -587,17 +586,14 @@ def forward_dynamics(
     return eqx.error_if(result.qdd, result.singular, message), result.lam
 
 
-@functools.cache
-def _eager(layout, method, independent):
-    """`solve` jitted over the mechanism's arrays packed into one vector (`compilation.packed`),
-    one program per layout, method and partition: an eager call pays ``jax.jit``'s dispatch for
-    a few arguments, not equinox's filtering of the whole mechanism nor 38 arguments."""
+def _solve(mech, q, qd, tau, f_ext, ctrl, method, independent):
+    return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
 
-    def run(vectors, q, qd, tau, f_ext, ctrl):
-        mech = compilation.unpacked(layout, vectors)
-        return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
 
-    return compilation.array_jit(run)
+# `solve` for eager calls: one program per mechanism structure, method and partition, the
+# mechanism handed over packed (`compilation.packed_jit`): an eager call pays jax.jit's dispatch
+# of a few arguments, not equinox's filtering of the mechanism nor one argument per leaf.
+_eager = compilation.packed_jit(_solve, static_argnums=(6, 7))
 
 
 def _is_concrete(x) -> bool:
