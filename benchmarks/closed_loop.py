@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import loopdyn
-from loopdyn import compilation, forward, kinematics, mechanisms, simulation, tree
+from loopdyn import compilation, forward, kinematics, mechanisms, recursive, simulation, tree
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -58,7 +58,8 @@ from tree_dynamics import machine as tree_machine
 # the compiled peer's program and its compile time (built at start, compile time reported apart)
 PEER = [None, None]
 METHODS = forward.GENERAL_METHODS  # system, slm, sslm, embedding
-LADDER_METHODS = ("system", "slm", "sslm")
+LADDER_METHODS = ("system", "slm", "sslm", "recursive")  # recursive: where the layout allows
+LADDER_NAMES = {"system": "system", "slm": "SLM", "sslm": "SSLM", "recursive": "recursive"}
 MECHANISMS = ("four_bar", "three_rrr")
 PIN_ALGORITHMS = ("constraintDynamics", "lcaba")
 # MuJoCo's equality constraints are soft: its defaults, and a nearly hard impedance.
@@ -621,9 +622,30 @@ def targets(raw):
             ),
         }
     )
+    chain = raw.get("ladder_chain", [])
+    exponent = growth_exponent(chain, "recursive", raw["ladder_k_min"], ("batched", "per_state_s"))
+    behind = [
+        f"k = {r['k']}: {r['cpp_constraintDynamics']['per_state_s'] / b['per_state_s']:.2f}x"
+        for r in chain
+        if "per_state_s" in (b := r.get("recursive", {}).get("batched", {}))
+    ]
+    out.append(
+        {
+            "target": 'on the chain layout, "recursive" batched per state grows linearly in k '
+            "(exponent ≤ 1.1 over k ≥ 8) and is ≥ 1× the C++ constraintDynamics loop at every k",
+            "value": exponent,
+            "goal": 1.1,
+            "met": exponent is not None
+            and exponent <= 1.1
+            and all(float(x.split(": ")[1][:-1]) >= 1.0 for x in behind),
+            "margin": f"exponent {exponent:.2f}; C++ time / recursive time: {', '.join(behind)}"
+            if exponent is not None
+            else "not measured",
+        }
+    )
     k32 = rows.get(32)
     batched = k32 and all(
-        "per_state_s" in k32.get(m, {}).get("batched", {}) for m in LADDER_METHODS
+        "per_state_s" in k32.get(m, {}).get("batched", {}) for m in ("slm", "sslm")
     )
     if batched and "slm" in k32:
         per_state = {m: k32[m]["batched"]["per_state_s"] for m in ("slm", "sslm")}
@@ -933,6 +955,7 @@ def markdown(raw):
         "Pinocchio's Python `lcaba` is left out of it: its proximal loop stops at ~1e-5 "
         "relative here, as in section 1). " + raw["ladder_note"],
     ]
+    names = " / ".join(LADDER_NAMES[m] for m in LADDER_METHODS)
     for layout in LAYOUTS:
         rows = raw["ladder" if layout == "ladder" else f"ladder_{layout}"]
         exponents = raw["ladder_exponents" if layout == "ladder" else f"ladder_{layout}_exponents"]
@@ -950,11 +973,13 @@ def markdown(raw):
             )
             + ".",
             "",
-            "| k | n | system µs | SLM µs | SSLM µs | SLM / SSLM "
-            "| batched system / SLM / SSLM µs/state | C++ cD µs/state | C++ cD / best batched "
-            "| pin cD µs | pin lcaba µs | compile system / SLM / SSLM s (single; batched) "
-            "| HLO ops system / SLM / SSLM | rel. diff vs C++ |",
-            "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|---:|",
+            f"| k | n | {' | '.join(f'{LADDER_NAMES[m]} µs' for m in LADDER_METHODS)} "
+            f"| SLM / SSLM | batched {names} µs/state | C++ cD µs/state | C++ cD / best batched "
+            f"| pin cD µs | pin lcaba µs | compile {names} s (single; batched) "
+            f"| HLO ops {names} | rel. diff vs C++ |",
+            "|---:|---:|"
+            + "---:|" * len(LADDER_METHODS)
+            + "---:|---|---:|---:|---:|---:|---|---|---:|",
         ]
         for r in rows:
             get = lambda m, f: r[m][f] if m in r else None
@@ -975,7 +1000,7 @@ def markdown(raw):
             diffs += [batched(m)["vs_cpp"] for m in LADDER_METHODS if "vs_cpp" in batched(m)]
             diffs.append(r["pin_constraintDynamics"]["vs_cpp"])
             lines.append(
-                f"| {r['k']} | {r['n']} | {us(t['system'])} | {us(t['slm'])} | {us(t['sslm'])} "
+                f"| {r['k']} | {r['n']} | {' | '.join(us(t[m]) for m in LADDER_METHODS)} "
                 f"| {ratio} | {' / '.join(cell(m) for m in LADDER_METHODS)} "
                 f"| {us(cpp)} | {f'{cpp / best:.2f}' if best else '-'} "
                 f"| {us(r['pin_constraintDynamics']['per_call_s'])} "
@@ -1228,11 +1253,16 @@ def main():
     raw["ladder_timeout_s"] = args.ladder_timeout
     for layout in LAYOUTS:
         given_up = {}
+        linear = recursive.supported(ladder_problem(layout, 2)[0])
         rows = [
             ladder_row(
                 layout,
                 k,
-                [m for m in LADDER_METHODS if k <= k_cap or m == "sslm"],
+                [
+                    m
+                    for m in LADDER_METHODS
+                    if (k <= k_cap or m in ("sslm", "recursive")) and (linear or m != "recursive")
+                ],
                 repeats,
                 raw["ladder_batch"],
                 args.ladder_timeout,
