@@ -4,9 +4,10 @@ process on one core, float64, interleaved round by round (a shared machine's loa
 every row alike; report the ratios of this run).
 
 - the entry point with JAX inputs and with NumPy inputs (argument checks, one compiled
-  program, the singular-state check);
-- its compiled program called directly: the mechanism packed into one vector
-  (`compilation.packed_jit`, today's eager path) and as its 38 leaves (the previous path);
+  program, the singular-state check), and with NumPy inputs converted by ``jnp.asarray`` first
+  (what the checks did with them before: about 18 µs an array);
+- its compiled program called directly, the mechanism handed over as its 38 leaves (as the
+  entry point does);
 - ``jax.jit`` of a trivial function of one and of 38 arguments: JAX's dispatch floor;
 - the same program inside one compiled loop, per evaluation: the work itself.
 
@@ -50,44 +51,40 @@ def cases(name):
     n = mech.nv
     q, qd, tau = mech.q0, jnp.linspace(0.1, -0.2, n), jnp.linspace(1.0, -1.0, n)
     numpy = tuple(np.asarray(x) for x in (q, qd, tau))
-    vectors, layout = compilation.packed(mech)
     leaves, structure = jax.tree.flatten(mech)
-
-    def packed(vectors, q, qd, tau):
-        return forward.solve(compilation.unpacked(layout, vectors), q, qd, tau)
 
     def by_leaves(leaves, q, qd, tau):
         return forward.solve(jax.tree.unflatten(structure, leaves), q, qd, tau)
 
-    def loop(vectors, q, qd, tau):
+    def loop(leaves, q, qd, tau):
         def body(_, acc):
-            return acc + packed(vectors, q + 1e-9 * acc, qd, tau).qdd
+            return acc + by_leaves(leaves, q + 1e-9 * acc, qd, tau).qdd
 
         return jax.lax.fori_loop(0, LOOP, body, jnp.zeros_like(qd))
 
     jit = lambda f: jax.jit(f, compiler_options=compilation.OPTIONS)
-    packed_call, leaves_call, loop_call = jit(packed), jit(by_leaves), jit(loop)
+    leaves_call, loop_call = jit(by_leaves), jit(loop)
     one, many = jax.jit(lambda x: x + 1.0), jax.jit(lambda *x: x[0] + 1.0)
     ready = lambda x: jax.block_until_ready(x)
     return {
         "forward_dynamics, JAX inputs": (lambda: loopdyn.forward_dynamics(mech, q, qd, tau), 1),
         "forward_dynamics, NumPy inputs": (lambda: loopdyn.forward_dynamics(mech, *numpy), 1),
+        "forward_dynamics, NumPy inputs converted by jnp.asarray first (the previous path)": (
+            lambda: loopdyn.forward_dynamics(mech, *(jnp.asarray(x) for x in numpy)),
+            1,
+        ),
         "inverse_dynamics (check=False), JAX inputs": (
             lambda: ready(loopdyn.inverse_dynamics(mech, q, qd, tau, check=False)),
             1,
         ),
-        "program, mechanism packed (today's eager path)": (
-            lambda: ready(packed_call(vectors, q, qd, tau)),
-            1,
-        ),
-        "program, mechanism as 38 leaves (previous eager path)": (
+        "its program alone (the mechanism as 38 leaves)": (
             lambda: ready(leaves_call(leaves, q, qd, tau)),
             1,
         ),
         "jax.jit, trivial, 1 argument": (lambda: ready(one(q)), 1),
         "jax.jit, trivial, 38 arguments": (lambda: ready(many(*leaves)), 1),
         f"program inside a compiled loop, per evaluation ({LOOP} a call)": (
-            lambda: ready(loop_call(vectors, q, qd, tau)),
+            lambda: ready(loop_call(leaves, q, qd, tau)),
             LOOP,
         ),
     }

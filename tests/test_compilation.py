@@ -43,27 +43,9 @@ def test_top_level_and_nested_calls_agree():
     )
 
 
-def test_a_mechanism_packs_into_one_vector_and_back_exactly():
-    """`packed` concatenates the leaves per dtype once per live mechanism; `unpacked` rebuilds
-    every leaf bitwise; a traced mechanism is not packed; a freed one leaves the cache."""
-    mech = mechanisms.three_rrr()
-    vectors, layout = compilation.packed(mech)
-    leaves = jax.tree.leaves(mech)
-    assert len(vectors) == 1 and vectors[0].size == sum(x.size for x in leaves)
-    assert compilation.packed(mech)[0] is vectors  # cached
-    for a, b in zip(jax.tree.leaves(compilation.unpacked(layout, vectors)), leaves):
-        assert a.shape == b.shape and np.array_equal(a, b)
-    jax.vmap(lambda m: compilation.packed(m) is None or pytest.fail("packed a tracer"))(
-        jax.tree.map(lambda x: x[None], mech)
-    )
-    key = id(mech)
-    del mech, leaves
-    assert key not in compilation._PACKED
-
-
 def test_eager_calls_give_the_jitted_numbers_for_numpy_and_jax_inputs():
-    """The eager entry points (the mechanism packed, NumPy input passed as NumPy) return the
-    numbers of their jitted cores, bitwise, whatever the kind of input."""
+    """The eager entry points (NumPy input handed to the program as NumPy) return the numbers
+    of their jitted cores, bitwise, whatever the kind of input."""
     mech = mechanisms.four_bar()
     q = np.asarray(mech.q0)
     qd, tau = np.array([0.3, -0.1, 0.2]), np.array([1.0, 0.0, 0.0])

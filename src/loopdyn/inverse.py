@@ -549,7 +549,7 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     return _Evaluated(result, levels, scales, unbalanced, tau_id, jac)
 
 
-_compiled = compilation.packed_jit(_evaluate, static_argnums=(4,))
+_compiled = compilation.array_jit(_evaluate, static_argnums=4)
 
 
 def solve(mech: Mechanism, q, qd, qdd, method: str = "subsystem") -> InverseDynamics:
