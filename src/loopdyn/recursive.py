@@ -108,9 +108,9 @@ class Plan(NamedTuple):
     cut_rows: tuple[tuple[int, ...], ...]
 
 
-def _cut_row_counts(mech):
+def _cut_rows(mech):
     rows = kinematics._rows(mech).cut if mech.cut_joints else np.zeros(0, dtype=int)
-    return [tuple(np.flatnonzero(rows == c).tolist()) for c in range(len(mech.cut_joints))]
+    return tuple(tuple(np.flatnonzero(rows == c).tolist()) for c in range(len(mech.cut_joints)))
 
 
 def unsupported(mech: Mechanism) -> str | None:
@@ -137,13 +137,14 @@ def plan(mech: Mechanism) -> Plan:
         mech.dim,
         bool(mech.coupling_names),
         mech.body_names,
-        tuple(map(len, _cut_row_counts(mech))),
+        _cut_rows(mech),
     )
 
 
 @functools.cache
-def _plan(parent, cuts, d, couplings, names, cut_counts) -> Plan:
+def _plan(parent, cuts, d, couplings, names, cut_rows) -> Plan:
     n = len(parent)
+    cut_counts = tuple(map(len, cut_rows))
     if couplings:
         raise ValueError("recursive: couplings of coordinates are not supported")
     edges = {b: [] for b in range(n)}  # body -> [(other, kind, joint, sign)]
@@ -223,7 +224,138 @@ def _plan(parent, cuts, d, couplings, names, cut_counts) -> Plan:
             edge_rows,
             passed,
         )
-    return Plan(tuple(nodes), tuple(order), ())
+    return Plan(tuple(nodes), tuple(order), cut_rows)
+
+
+class _Kind(NamedTuple):
+    """What the bodies of one group (one graph depth) share: the ``edge`` kind, ``grounded``,
+    the number of ``ground_rows`` of their cut joints to the ground, per child (in row order)
+    ``(group at the next depth, rows it passes up)``, and the row counts of `_Node`."""
+
+    edge: str
+    grounded: bool
+    ground_rows: int
+    children: tuple[tuple[int, int], ...]
+    rows: int
+    edge_rows: int
+    passed: int
+
+
+class _Segment(NamedTuple):
+    """Graph depths ``first, first + 1, ...`` that share the groups ``kinds`` (and the depth above
+    them has groups ``above``: their parents'). ``data`` holds per group the index arrays of
+    its bodies (`_levels`), with a leading axis over the depths where ``scanned`` (one
+    ``lax.scan`` step a depth), else of the one depth ``first``."""
+
+    first: int
+    kinds: tuple[_Kind, ...]
+    above: tuple[_Kind, ...]
+    data: tuple[dict, ...]
+    scanned: bool
+
+
+@functools.cache
+def _levels(steps: Plan) -> tuple[_Segment, ...]:
+    """The bodies grouped by graph depth and, within a depth, by `_Kind`; consecutive depths with
+    the same groups (and the same above and below them) are one scanned `_Segment`."""
+    nodes, cut_rows = steps.nodes, steps.cut_rows
+    depth = {}
+    for b in steps.order:  # parents first
+        depth[b] = 0 if nodes[b].parent < 0 else depth[nodes[b].parent] + 1
+    bodies = [[] for _ in range(max(depth.values()) + 1)]
+    for b in sorted(depth):
+        bodies[depth[b]].append(b)
+    where = {}  # body -> (group, position) at its depth
+    kinds, members = [None] * len(bodies), [None] * len(bodies)
+    for t in reversed(range(len(bodies))):  # tips -> roots: children's groups are known
+        groups = {}
+        for b in bodies[t]:
+            node = nodes[b]
+            kids = sorted(node.children, key=lambda c: (where[c][0], c))
+            kind = _Kind(
+                node.edge,
+                node.grounded,
+                sum(len(cut_rows[c]) for c, _ in node.ground_cuts),
+                tuple((where[c][0], nodes[c].passed) for c in kids),
+                node.rows,
+                node.edge_rows,
+                node.passed,
+            )
+            groups.setdefault(kind, []).append((b, tuple(kids)))
+        kinds[t] = tuple(sorted(groups))
+        members[t] = [groups[kind] for kind in kinds[t]]
+        for g, group in enumerate(members[t]):
+            for i, (b, _) in enumerate(group):
+                where[b] = (g, i)
+
+    def data(t):
+        """Index arrays of the groups at depth t: bodies, edges, ground cuts, children's
+        positions (tips -> roots), the parent's position among the depth above's bodies and
+        the position of the passed rows' multipliers among those it hands down (roots -> tips)."""
+        sizes = [len(group) for group in members[t - 1]] if t else []
+        offset = np.cumsum([0] + sizes)
+        handed = {}  # child group -> (parent group, slot) in the order they are stacked
+        for g, kind in enumerate(kinds[t - 1] if t else ()):
+            for j, (h, _) in enumerate(kind.children):
+                handed.setdefault(h, []).append((g, j))
+        out = []
+        for h, (kind, group) in enumerate(zip(kinds[t], members[t])):
+            x = {"body": np.array([b for b, _ in group])}
+            nodes_h = [nodes[b] for b, _ in group]
+            if kind.edge == "tree":
+                x["joint"] = np.array([n.joint for n in nodes_h])
+                x["sign"] = np.array([float(n.sign) for n in nodes_h])
+            else:
+                x["cut_rows"] = np.array([cut_rows[n.joint] for n in nodes_h]).reshape(
+                    len(group), kind.edge_rows
+                )
+                x["side"] = np.array([n.sign for n in nodes_h])
+            if kind.ground_rows:
+                x["ground_rows"] = np.array(
+                    [[r for c, _ in n.ground_cuts for r in cut_rows[c]] for n in nodes_h]
+                )
+                x["ground_sides"] = np.array(
+                    [[side for c, side in n.ground_cuts for _ in cut_rows[c]] for n in nodes_h]
+                )
+            x["children"] = tuple(
+                np.array([where[kids[j]][1] for _, kids in group])
+                for j in range(len(kind.children))
+            )
+            if t:
+                parents = [where[n.parent] for n in nodes_h]
+                x["parent"] = np.array([offset[g] + i for g, i in parents])
+                if kind.passed:
+                    blocks = handed[h]
+                    start = np.cumsum([0] + [sizes[g] for g, _ in blocks])
+                    slot = {}
+                    for (g, j), first in zip(blocks, start):
+                        for i, (_, kids) in enumerate(members[t - 1][g]):
+                            slot[kids[j]] = first + i
+                    x["handed"] = np.array([slot[n.body] for n in nodes_h])
+            out.append(x)
+        return tuple(out)
+
+    def key(t):
+        return kinds[t], tuple(map(len, members[t]))
+
+    last = len(bodies) - 1
+    inner = [0 < t < last and key(t - 1) == key(t) == key(t + 1) for t in range(last + 1)]
+    segments, t = [], 0
+    while t <= last:
+        end = t + 1
+        while inner[t] and end <= last and inner[end]:
+            end += 1
+        above = kinds[t - 1] if t else ()
+        if end - t >= 2:  # one lax.scan over the depths t .. end - 1
+            stacked = [
+                jax.tree.map(lambda *a: np.stack(a), *g) for g in zip(*map(data, range(t, end)))
+            ]
+            segments.append(_Segment(t, kinds[t], above, tuple(stacked), True))
+        else:
+            end = t + 1
+            segments.append(_Segment(t, kinds[t], above, data(t), False))
+        t = end
+    return tuple(segments)
 
 
 # Small dense algebra, unrolled (dense sizes here are at most 2 d).
@@ -315,10 +447,151 @@ def _complement(s):
     return _qr(s[:, None])[0][:, 1:].T
 
 
+class _Terms(NamedTuple):
+    """Per-state arrays the passes gather from: per body ``M``, ``h``, ``s``, ``c``,
+    ``w = s / |s|^2``, the complement ``T`` of ``s``, armature and joint force; ``gamma``; per
+    cut row its wrenches ``(G^b, G^a)`` and right-hand side (None without cut joints)."""
+
+    inertia: jax.Array
+    h: jax.Array
+    s: jax.Array
+    c: jax.Array
+    w: jax.Array
+    t: jax.Array
+    armature: jax.Array
+    tau: jax.Array
+    gamma: jax.Array
+    g_rows: jax.Array | None
+    rhs: jax.Array | None
+
+
+def _rows_times(a, v):
+    """``a_i v_i`` for a group: ``(g, r, k) x (g, k) -> (g, r)``."""
+    return jnp.einsum("grk,gk->gr", a, v)
+
+
+def _edge(kind, terms, x):
+    """``(E_y, E_x, e, force, armature, w, c)`` of the edges of a group of bodies (`_eliminate`'s
+    last arguments, with a leading group axis)."""
+    if kind.edge == "tree":
+        j, sign = x["joint"], x["sign"][:, None]
+        t, c, w = terms.t[j], sign * terms.c[j], sign * terms.w[j]
+        return (
+            t,
+            jnp.zeros_like(t),
+            _rows_times(t, c),
+            w * terms.tau[j][:, None],
+            terms.armature[j],
+            w,
+            c,
+        )
+    r, side = x["cut_rows"], x["side"][:, None]
+    own, other = terms.g_rows[r, 1 - side], terms.g_rows[r, side]  # side b is index 0
+    zero = jnp.zeros((r.shape[0], terms.gamma.shape[0]), terms.gamma.dtype)
+    return own, own + other, terms.rhs[r], zero, zero[:, 0], zero, zero
+
+
+def _up(kinds, terms, below, data):
+    """Tips -> roots at one depth: each group's summaries ``(I, p, K, k)`` from its bodies' own
+    terms and its children's summaries ``below`` (per group at the next depth), one batched
+    `_eliminate` a group; returns the summaries, the `_Step` s and whether a pivot vanished."""
+    summaries, steps, singular = [], [], jnp.asarray(False)
+    for kind, x in zip(kinds, data):
+        b = x["body"]
+        inertia, bias, k_rows, k_vec = terms.inertia[b], terms.h[b], [], []
+        if kind.grounded:
+            t, w, arm = terms.t[b], terms.w[b], terms.armature[b][:, None, None]
+            rate = terms.gamma + terms.c[b]  # a_b - c_b for qdd = 0
+            k_rows.append(t)
+            k_vec.append(_rows_times(t, rate))
+            inertia = inertia + arm * w[:, :, None] * w[:, None, :]
+            bias = (
+                bias
+                - w * terms.tau[b][:, None]
+                - arm[:, 0] * w * jnp.sum(w * rate, axis=1, keepdims=True)
+            )
+        if kind.ground_rows:
+            r, side = x["ground_rows"], x["ground_sides"]
+            k_rows.append(terms.g_rows[r, 1 - side])
+            k_vec.append(terms.rhs[r])
+        for (h, _), position in zip(kind.children, x["children"]):
+            i_c, p_c, k_c, kv_c = (a[position] for a in below[h])
+            inertia, bias = inertia + i_c, bias + p_c
+            k_rows.append(k_c)
+            k_vec.append(kv_c)
+        size, d = bias.shape
+        k_mat = jnp.concatenate(k_rows, axis=1) if k_rows else jnp.zeros((size, 0, d), bias.dtype)
+        k_vec = jnp.concatenate(k_vec, axis=1) if k_vec else jnp.zeros((size, 0), bias.dtype)
+        summary, step, small = jax.vmap(_eliminate)(
+            inertia, bias, k_mat, k_vec, *_edge(kind, terms, x)
+        )
+        summaries.append(summary)
+        steps.append(step)
+        singular = singular | jnp.any(small)
+    return tuple(summaries), tuple(steps), singular
+
+
+def _down(kinds, above_kinds, terms, above, data, steps):
+    """Roots -> tips at one depth: from the parents' twist-rates and the multipliers they hand
+    down (``above``; None at the roots), each group's ``a``, the multipliers it hands to each
+    child slot, and its outputs: ``qdd`` of its edge and own tree joint, ``lam`` of its cut rows."""
+    d = terms.gamma.shape[0]
+    accels, handed, outputs = [], [], []
+    for h, (kind, x, step) in enumerate(zip(kinds, data, steps)):
+        size = x["body"].shape[0]
+        if above is None:
+            a_x = jnp.broadcast_to(terms.gamma, (size, d))
+        else:
+            a_x = jnp.concatenate(above[0])[x["parent"]]
+        ax1 = jnp.concatenate([a_x, jnp.ones((size, 1), a_x.dtype)], axis=1)
+        y, m = _rows_times(step.y, ax1), _rows_times(step.m, ax1)
+        if kind.passed:
+            blocks = [
+                above[1][g][j]
+                for g, other in enumerate(above_kinds)
+                for j, (child, _) in enumerate(other.children)
+                if child == h
+            ]
+            m = m + _rows_times(step.u2, jnp.concatenate(blocks)[x["handed"]])
+        accel = a_x + y
+        out = {}
+        if kind.edge == "tree":
+            j, sign = x["joint"], x["sign"][:, None]
+            out["qdd_edge"] = jnp.sum(sign * terms.w[j] * (y - sign * terms.c[j]), axis=1)
+        else:
+            out["lam_edge"] = m[:, kind.rows :]
+        start = 0
+        if kind.grounded:
+            b = x["body"]
+            rate = accel - terms.gamma - terms.c[b]
+            out["qdd_own"] = jnp.sum(terms.w[b] * rate, axis=1)
+            start = d - 1
+        if kind.ground_rows:
+            out["lam_ground"] = m[:, start : start + kind.ground_rows]
+            start += kind.ground_rows
+        slots = []
+        for _, count in kind.children:
+            slots.append(m[:, start : start + count])
+            start += count
+        accels.append(accel)
+        handed.append(tuple(slots))
+        outputs.append(out)
+    return (tuple(accels), tuple(handed)), tuple(outputs)
+
+
+# Where each output of `_down` goes: the index array of `_levels` that places it.
+_PLACES = {
+    "qdd_edge": "joint",
+    "qdd_own": "body",
+    "lam_edge": "cut_rows",
+    "lam_ground": "ground_rows",
+}
+
+
 def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
     """``(qdd, lam, singular)`` at one state (`loopdyn.forward.solve` with ``"recursive"``);
     ``psi(phi, J qd, J' qd)`` gives the acceleration constraints' right-hand side."""
-    steps = plan(mech)
+    segments = _levels(plan(mech))
     d, dtype = mech.dim, qd.dtype
     motion, inertia, h = tree.recursion_terms(mech, q, qd, f_ext)
     gamma = tree.ground_acceleration(mech).astype(dtype)
@@ -326,8 +599,6 @@ def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
     parent = np.array(mech.parent)
     above = jnp.where((parent >= 0)[:, None], rate0[parent], gamma)
     c_joint, s = rate0 - above, motion.axes  # a_i = a_parent + s_i qdd_i + c_i
-    w_joint = s / jnp.sum(s * s, axis=1, keepdims=True)
-    armature = mech.armature
     # Cut-joint rows: G^b, G^a and the right-hand side in the twist-rates a.
     g_rows, rhs = None, None
     if mech.cut_joints:
@@ -345,81 +616,55 @@ def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
         rhs = psi(kinematics._dot(e, x), velocity, bias) + jnp.einsum(
             "rsk,rsk->r", wrenches, a0[bodies]
         )
-    cut_rows = _cut_row_counts(mech)
+    terms = _Terms(
+        inertia,
+        h,
+        s,
+        c_joint,
+        s / jnp.sum(s * s, axis=1, keepdims=True),
+        jax.vmap(_complement)(s),
+        jnp.asarray(mech.armature, dtype),
+        tau,
+        gamma,
+        g_rows,
+        rhs,
+    )
 
-    def edge_terms(node):
-        """``(E_y, E_x, e, force, armature, w, c)`` of the edge of ``node`` to its parent."""
-        if node.edge == "tree":
-            j = node.joint
-            sign = float(node.sign)
-            s_e, c_e = sign * s[j], sign * c_joint[j]
-            w = sign * w_joint[j]
-            t = _complement(s_e)
-            zero = jnp.zeros_like(t)
-            return t, zero, t @ c_e, w * tau[j], armature[j], w, c_e
-        r = np.array(cut_rows[node.joint])
-        own, other = g_rows[r, 1 - node.sign], g_rows[r, node.sign]  # side b is index 0
-        zero = jnp.zeros(d, dtype)
-        return own, own + other, rhs[r], zero, 0.0, zero, zero
+    below, singular, saved = None, jnp.asarray(False), [None] * len(segments)
+    for i in reversed(range(len(segments))):  # tips -> roots
+        seg = segments[i]
+        if seg.scanned:
 
-    summaries, saved, singular = {}, {}, jnp.asarray(False)
-    for b in steps.order[::-1]:  # tips -> roots
-        node = steps.nodes[b]
-        inertia_b, bias_b = inertia[b], h[b]
-        k_rows, k_vec = [], []
-        if node.grounded:
-            t = _complement(s[b])
-            w = w_joint[b]
-            k_rows.append(t)
-            k_vec.append(t @ (gamma + c_joint[b]))
-            inertia_b = inertia_b + armature[b] * jnp.outer(w, w)
-            bias_b = bias_b - w * tau[b] - armature[b] * w * (w @ (gamma + c_joint[b]))
-        for cut, side in node.ground_cuts:
-            r = np.array(cut_rows[cut])
-            k_rows.append(g_rows[r, 1 - side])
-            k_vec.append(rhs[r])
-        for child in node.children:
-            i_c, p_c, k_c, kv_c = summaries.pop(child)
-            inertia_b, bias_b = inertia_b + i_c, bias_b + p_c
-            k_rows.append(k_c)
-            k_vec.append(kv_c)
-        k_mat = jnp.concatenate(k_rows) if k_rows else jnp.zeros((0, d), dtype)
-        k_vec = jnp.concatenate(k_vec) if k_vec else jnp.zeros(0, dtype)
-        summary, step, small = _eliminate(inertia_b, bias_b, k_mat, k_vec, *edge_terms(node))
-        summaries[b], saved[b] = summary, step
-        singular = singular | small
+            def level(carry, x, kinds=seg.kinds):
+                summaries, steps, small = _up(kinds, terms, carry[0], x)
+                return (summaries, carry[1] | small), steps
 
-    # Gathered as pieces and placed once at the end: a scatter per body copies the whole vector.
-    qdd, lam = {}, {}  # coordinate -> value, cut-row index array -> values
-    accel, multipliers = {}, {}
-    for b in steps.order:  # roots -> tips
-        node = steps.nodes[b]
-        a_x = gamma if node.parent < 0 else accel[node.parent]
-        step = saved[b]
-        ax1 = jnp.concatenate([a_x, jnp.ones(1, dtype)])
-        y = step.y @ ax1
-        m = step.m @ ax1
-        if node.passed:
-            m = m + step.u2 @ multipliers.pop(b)
-        accel[b] = a_x + y
-        *_, w, c_e = edge_terms(node)
-        if node.edge == "tree":
-            qdd[node.joint] = w @ (y - c_e)
+            xs = jax.tree.map(jnp.asarray, seg.data)
+            (below, singular), saved[i] = jax.lax.scan(level, (below, singular), xs, reverse=True)
         else:
-            lam[cut_rows[node.joint]] = m[node.rows :]
-        start = 0
-        if node.grounded:
-            qdd[b] = w_joint[b] @ (accel[b] - gamma - c_joint[b])
-            start = d - 1
-        for cut, _ in node.ground_cuts:
-            r = np.array(cut_rows[cut])
-            lam[cut_rows[cut]] = m[start : start + r.size]
-            start += r.size
-        for child in node.children:
-            count = steps.nodes[child].passed
-            multipliers[child] = m[start : start + count]
-            start += count
-    qdd = jnp.stack([qdd[j] for j in range(mech.num_bodies)])
-    rows = np.concatenate([np.array(r, dtype=int) for r in lam] or [np.zeros(0, dtype=int)])
-    values = jnp.concatenate(list(lam.values())) if lam else jnp.zeros(0, dtype)
-    return qdd, values[np.argsort(rows)], singular
+            below, saved[i], small = _up(seg.kinds, terms, below, seg.data)
+            singular = singular | small
+
+    above, placed = None, []
+    for seg, steps in zip(segments, saved):  # roots -> tips
+        if seg.scanned:
+
+            def level(carry, x, kinds=seg.kinds):
+                return _down(kinds, kinds, terms, carry, *x)
+
+            xs = (jax.tree.map(jnp.asarray, seg.data), steps)
+            above, outputs = jax.lax.scan(level, above, xs)
+        else:
+            above, outputs = _down(seg.kinds, seg.above, terms, above, seg.data, steps)
+        for x, out in zip(seg.data, outputs):
+            placed += [(name, value, x[_PLACES[name]]) for name, value in out.items()]
+    # qdd and lam placed once, by one static permutation each.
+    results = []
+    for prefix in ("qdd", "lam"):
+        pieces = [(v.reshape(-1), i.reshape(-1)) for n, v, i in placed if n.startswith(prefix)]
+        if not pieces:
+            results.append(jnp.zeros(0, dtype))
+            continue
+        values = jnp.concatenate([v for v, _ in pieces])
+        results.append(values[np.argsort(np.concatenate([i for _, i in pieces]))])
+    return results[0], results[1], singular
