@@ -466,81 +466,88 @@ class _Terms(NamedTuple):
 
 
 def _rows_times(a, v):
-    """``a_i v_i`` for a group: ``(g, r, k) x (g, k) -> (g, r)``."""
-    return jnp.einsum("grk,gk->gr", a, v)
+    """``a v`` over leading axes: ``(..., r, k) x (..., k) -> (..., r)``."""
+    return jnp.einsum("...rk,...k->...r", a, v)
 
 
 def _edge(kind, terms, x):
     """``(E_y, E_x, e, force, armature, w, c)`` of the edges of a group of bodies (`_eliminate`'s
-    last arguments, with a leading group axis)."""
+    last arguments, with the leading axes of ``x["body"]``)."""
     if kind.edge == "tree":
-        j, sign = x["joint"], x["sign"][:, None]
+        j, sign = x["joint"], x["sign"][..., None]
         t, c, w = terms.t[j], sign * terms.c[j], sign * terms.w[j]
-        return (
-            t,
-            jnp.zeros_like(t),
-            _rows_times(t, c),
-            w * terms.tau[j][:, None],
-            terms.armature[j],
-            w,
-            c,
-        )
-    r, side = x["cut_rows"], x["side"][:, None]
+        force = w * terms.tau[j][..., None]
+        return t, jnp.zeros_like(t), _rows_times(t, c), force, terms.armature[j], w, c
+    r, side = x["cut_rows"], x["side"][..., None]
     own, other = terms.g_rows[r, 1 - side], terms.g_rows[r, side]  # side b is index 0
-    zero = jnp.zeros((r.shape[0], terms.gamma.shape[0]), terms.gamma.dtype)
-    return own, own + other, terms.rhs[r], zero, zero[:, 0], zero, zero
+    zero = jnp.zeros(x["body"].shape + terms.gamma.shape, terms.gamma.dtype)
+    return own, own + other, terms.rhs[r], zero, zero[..., 0], zero, zero
 
 
-def _up(kinds, terms, below, data):
-    """Tips -> roots at one depth: each group's summaries ``(I, p, K, k)`` from its bodies' own
-    terms and its children's summaries ``below`` (per group at the next depth), one batched
+def _own(kind, terms, x):
+    """What a group's bodies take from the per-body `_Terms` (leading axes those of
+    ``x["body"]``, all depths of a scanned segment at once): for tips -> roots ``M``, ``h`` and the
+    rows ``K, k`` of their own tree joint to the ground and cut joints to the ground, and the edge
+    terms; for roots -> tips ``w`` and ``c`` of the edge and of their own joint."""
+    b = x["body"]
+    inertia, bias, k_rows, k_vec = terms.inertia[b], terms.h[b], [], []
+    down = {}
+    if kind.grounded:
+        t, w, arm = terms.t[b], terms.w[b], terms.armature[b][..., None]
+        rate = terms.gamma + terms.c[b]  # a_b - c_b for qdd = 0
+        k_rows.append(t)
+        k_vec.append(_rows_times(t, rate))
+        inertia = inertia + arm[..., None] * w[..., :, None] * w[..., None, :]
+        bias = bias - w * (terms.tau[b][..., None] + arm * jnp.sum(w * rate, -1, keepdims=True))
+        down["w_own"], down["c_own"] = w, rate
+    if kind.ground_rows:
+        r, side = x["ground_rows"], x["ground_sides"]
+        k_rows.append(terms.g_rows[r, 1 - side])
+        k_vec.append(terms.rhs[r])
+    d = terms.gamma.shape[0]
+    k_mat = jnp.concatenate(k_rows, -2) if k_rows else jnp.zeros(b.shape + (0, d), bias.dtype)
+    k_vec = jnp.concatenate(k_vec, -1) if k_vec else jnp.zeros(b.shape + (0,), bias.dtype)
+    edge = _edge(kind, terms, x)
+    if kind.edge == "tree":
+        down["w"], down["c"] = edge[5], edge[6]
+    return (inertia, bias, k_mat, k_vec) + edge, down
+
+
+def _links(x):
+    """The positions a pass gathers from the depth next to it (`_levels`)."""
+    return {name: x[name] for name in ("children", "parent", "handed") if name in x}
+
+
+def _up(kinds, below, inputs, links):
+    """Tips -> roots at one depth: each group's summaries ``(I, p, K, k)`` from its own terms
+    (`_own`) and its children's summaries ``below`` (per group at the next depth), one batched
     `_eliminate` a group; returns the summaries, the `_Step` s and whether a pivot vanished."""
     summaries, steps, singular = [], [], jnp.asarray(False)
-    for kind, x in zip(kinds, data):
-        b = x["body"]
-        inertia, bias, k_rows, k_vec = terms.inertia[b], terms.h[b], [], []
-        if kind.grounded:
-            t, w, arm = terms.t[b], terms.w[b], terms.armature[b][:, None, None]
-            rate = terms.gamma + terms.c[b]  # a_b - c_b for qdd = 0
-            k_rows.append(t)
-            k_vec.append(_rows_times(t, rate))
-            inertia = inertia + arm * w[:, :, None] * w[:, None, :]
-            bias = (
-                bias
-                - w * terms.tau[b][:, None]
-                - arm[:, 0] * w * jnp.sum(w * rate, axis=1, keepdims=True)
-            )
-        if kind.ground_rows:
-            r, side = x["ground_rows"], x["ground_sides"]
-            k_rows.append(terms.g_rows[r, 1 - side])
-            k_vec.append(terms.rhs[r])
+    for kind, (inertia, bias, k_mat, k_vec, *edge), x in zip(kinds, inputs, links):
+        k_rows, k_vecs = [k_mat], [k_vec]
         for (h, _), position in zip(kind.children, x["children"]):
             i_c, p_c, k_c, kv_c = (a[position] for a in below[h])
             inertia, bias = inertia + i_c, bias + p_c
             k_rows.append(k_c)
-            k_vec.append(kv_c)
-        size, d = bias.shape
-        k_mat = jnp.concatenate(k_rows, axis=1) if k_rows else jnp.zeros((size, 0, d), bias.dtype)
-        k_vec = jnp.concatenate(k_vec, axis=1) if k_vec else jnp.zeros((size, 0), bias.dtype)
-        summary, step, small = jax.vmap(_eliminate)(
-            inertia, bias, k_mat, k_vec, *_edge(kind, terms, x)
-        )
+            k_vecs.append(kv_c)
+        k_mat, k_vec = jnp.concatenate(k_rows, 1), jnp.concatenate(k_vecs, 1)
+        summary, step, small = jax.vmap(_eliminate)(inertia, bias, k_mat, k_vec, *edge)
         summaries.append(summary)
         steps.append(step)
         singular = singular | jnp.any(small)
     return tuple(summaries), tuple(steps), singular
 
 
-def _down(kinds, above_kinds, terms, above, data, steps):
+def _down(kinds, above_kinds, gamma, above, inputs, links, steps):
     """Roots -> tips at one depth: from the parents' twist-rates and the multipliers they hand
     down (``above``; None at the roots), each group's ``a``, the multipliers it hands to each
     child slot, and its outputs: ``qdd`` of its edge and own tree joint, ``lam`` of its cut rows."""
-    d = terms.gamma.shape[0]
+    d = gamma.shape[0]
     accels, handed, outputs = [], [], []
-    for h, (kind, x, step) in enumerate(zip(kinds, data, steps)):
-        size = x["body"].shape[0]
+    for h, (kind, own, x, step) in enumerate(zip(kinds, inputs, links, steps)):
+        size = step.y.shape[0]
         if above is None:
-            a_x = jnp.broadcast_to(terms.gamma, (size, d))
+            a_x = jnp.broadcast_to(gamma, (size, d))
         else:
             a_x = jnp.concatenate(above[0])[x["parent"]]
         ax1 = jnp.concatenate([a_x, jnp.ones((size, 1), a_x.dtype)], axis=1)
@@ -556,15 +563,12 @@ def _down(kinds, above_kinds, terms, above, data, steps):
         accel = a_x + y
         out = {}
         if kind.edge == "tree":
-            j, sign = x["joint"], x["sign"][:, None]
-            out["qdd_edge"] = jnp.sum(sign * terms.w[j] * (y - sign * terms.c[j]), axis=1)
+            out["qdd_edge"] = jnp.sum(own["w"] * (y - own["c"]), axis=1)
         else:
             out["lam_edge"] = m[:, kind.rows :]
         start = 0
         if kind.grounded:
-            b = x["body"]
-            rate = accel - terms.gamma - terms.c[b]
-            out["qdd_own"] = jnp.sum(terms.w[b] * rate, axis=1)
+            out["qdd_own"] = jnp.sum(own["w_own"] * (accel - own["c_own"]), axis=1)
             start = d - 1
         if kind.ground_rows:
             out["lam_ground"] = m[:, start : start + kind.ground_rows]
@@ -630,32 +634,35 @@ def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
         rhs,
     )
 
+    owns = [[_own(kind, terms, x) for kind, x in zip(seg.kinds, seg.data)] for seg in segments]
     below, singular, saved = None, jnp.asarray(False), [None] * len(segments)
     for i in reversed(range(len(segments))):  # tips -> roots
-        seg = segments[i]
+        seg, inputs = segments[i], tuple(up for up, _ in owns[i])
+        links = tuple(map(_links, seg.data))
         if seg.scanned:
 
             def level(carry, x, kinds=seg.kinds):
-                summaries, steps, small = _up(kinds, terms, carry[0], x)
+                summaries, steps, small = _up(kinds, carry[0], *x)
                 return (summaries, carry[1] | small), steps
 
-            xs = jax.tree.map(jnp.asarray, seg.data)
+            xs = (inputs, jax.tree.map(jnp.asarray, links))
             (below, singular), saved[i] = jax.lax.scan(level, (below, singular), xs, reverse=True)
         else:
-            below, saved[i], small = _up(seg.kinds, terms, below, seg.data)
+            below, saved[i], small = _up(seg.kinds, below, inputs, links)
             singular = singular | small
 
     above, placed = None, []
-    for seg, steps in zip(segments, saved):  # roots -> tips
+    for seg, own, steps in zip(segments, owns, saved):  # roots -> tips
+        inputs, links = tuple(down for _, down in own), tuple(map(_links, seg.data))
         if seg.scanned:
 
             def level(carry, x, kinds=seg.kinds):
-                return _down(kinds, kinds, terms, carry, *x)
+                return _down(kinds, kinds, gamma, carry, *x)
 
-            xs = (jax.tree.map(jnp.asarray, seg.data), steps)
+            xs = (inputs, jax.tree.map(jnp.asarray, links), steps)
             above, outputs = jax.lax.scan(level, above, xs)
         else:
-            above, outputs = _down(seg.kinds, seg.above, terms, above, seg.data, steps)
+            above, outputs = _down(seg.kinds, seg.above, gamma, above, inputs, links, steps)
         for x, out in zip(seg.data, outputs):
             placed += [(name, value, x[_PLACES[name]]) for name, value in out.items()]
     # qdd and lam placed once, by one static permutation each.
