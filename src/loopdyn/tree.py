@@ -394,12 +394,14 @@ def _inertia_matrix(planar, inertias):
 
 
 def _subspaces(mech):
-    """Joint-rate propagation vectors ``p_i`` ``(n, d)`` in body coordinates."""
-    subspaces = [
-        spatial.joint_subspace(k, mech.axis[i], mech.child_rotation[i], mech.child_position[i])
-        for i, k in enumerate(mech.joint_kinds)
-    ]
-    subspaces = jnp.stack(subspaces)
+    """Joint-rate propagation vectors ``p_i`` ``(n, d)`` in body coordinates
+    (`spatial.joint_subspace` of every body at once)."""
+    for kind in set(mech.joint_kinds) - {"revolute", "prismatic"}:
+        raise ValueError(f"unknown joint kind {kind!r}; expected 'revolute' or 'prismatic'")
+    revolute = np.array([k == "revolute" for k in mech.joint_kinds])[:, None]
+    u = jnp.einsum("nij,nj->ni", mech.child_rotation, mech.axis)
+    turning = jnp.concatenate([u, jnp.cross(mech.child_position, u)], axis=1)
+    subspaces = jnp.where(revolute, turning, jnp.concatenate([jnp.zeros_like(u), u], axis=1))
     return subspaces[:, _ROWS] if mech.planar else subspaces
 
 
