@@ -228,23 +228,24 @@ def _plan(parent, cuts, d, couplings, names, cut_rows) -> Plan:
 
 
 class _Kind(NamedTuple):
-    """What the bodies of one group (one graph depth) share: the ``edge`` kind, ``grounded``,
-    the number of ``ground_rows`` of their cut joints to the ground, per child (in row order)
-    ``(group at the next depth, rows it passes up)``, and the row counts of `_Node`."""
+    """What the bodies of one group share: the ``edge`` kind, ``grounded``, the number of
+    ``ground_rows`` of their cut joints to the ground, per child (in row order)
+    ``(leaf, group, rows it passes up)`` (``leaf``: the group is one of the leaves', else one of
+    the next depth's), and the row counts of `_Node`."""
 
     edge: str
     grounded: bool
     ground_rows: int
-    children: tuple[tuple[int, int], ...]
+    children: tuple[tuple[bool, int, int], ...]
     rows: int
     edge_rows: int
     passed: int
 
 
 class _Segment(NamedTuple):
-    """Graph depths ``first, first + 1, ...`` that share the groups ``kinds`` (and the depth above
-    them has groups ``above``: their parents'). ``data`` holds per group the index arrays of
-    its bodies (`_levels`), with a leading axis over the depths where ``scanned`` (one
+    """Graph depths ``first, first + 1, ...`` of the bodies with children that share the groups
+    ``kinds`` (the depth above them has the groups ``above``). ``data`` holds per group the index
+    arrays of its bodies (`_levels`), with a leading axis over the depths where ``scanned`` (one
     ``lax.scan`` step a depth), else of the one depth ``first``."""
 
     first: int
@@ -254,76 +255,97 @@ class _Segment(NamedTuple):
     scanned: bool
 
 
+class _Layout(NamedTuple):
+    """The passes' static structure: the `_Segment` s of the bodies with children, and the
+    leaves (bodies without children, at any depth) in groups ``leaf_kinds`` with their index
+    arrays ``leaves``: eliminated all at once before the depths, substituted after them."""
+
+    segments: tuple[_Segment, ...]
+    leaf_kinds: tuple[_Kind, ...]
+    leaves: tuple[dict, ...]
+
+
+def _indices(kind, nodes, cut_rows):
+    """Index arrays of a group's bodies ``nodes``: the bodies, their edges (tree: joint and
+    sign; cut: its rows and the body's side) and their cut rows to the ground with sides."""
+    x = {"body": np.array([n.body for n in nodes])}
+    if kind.edge == "tree":
+        x["joint"] = np.array([n.joint for n in nodes])
+        x["sign"] = np.array([float(n.sign) for n in nodes])
+    else:
+        x["cut_rows"] = np.array([cut_rows[n.joint] for n in nodes]).reshape(len(nodes), -1)
+        x["side"] = np.array([n.sign for n in nodes])
+    if kind.ground_rows:
+        x["ground_rows"] = np.array(
+            [[r for c, _ in n.ground_cuts for r in cut_rows[c]] for n in nodes]
+        )
+        x["ground_sides"] = np.array(
+            [[side for c, side in n.ground_cuts for _ in cut_rows[c]] for n in nodes]
+        )
+    return x
+
+
 @functools.cache
-def _levels(steps: Plan) -> tuple[_Segment, ...]:
-    """The bodies grouped by graph depth and, within a depth, by `_Kind`; consecutive depths with
-    the same groups (and the same above and below them) are one scanned `_Segment`."""
+def _levels(steps: Plan) -> _Layout:
+    """The leaves grouped by `_Kind`; the other bodies by graph depth and, within a depth, by
+    `_Kind`; consecutive depths with the same groups (and the same above and below them) are one
+    scanned `_Segment`."""
     nodes, cut_rows = steps.nodes, steps.cut_rows
+
+    def kind_of(node, kids):
+        rows = sum(len(cut_rows[c]) for c, _ in node.ground_cuts)
+        return _Kind(node.edge, node.grounded, rows, kids, node.rows, node.edge_rows, node.passed)
+
+    leaf_groups = {}
+    for node in nodes:
+        if not node.children:
+            leaf_groups.setdefault(kind_of(node, ()), []).append(node.body)
+    leaf_kinds = tuple(sorted(leaf_groups))
+    where = {}  # body -> (leaf, group, position)
+    for h, kind in enumerate(leaf_kinds):
+        for i, b in enumerate(leaf_groups[kind]):
+            where[b] = (True, h, i)
     depth = {}
     for b in steps.order:  # parents first
         depth[b] = 0 if nodes[b].parent < 0 else depth[nodes[b].parent] + 1
-    bodies = [[] for _ in range(max(depth.values()) + 1)]
-    for b in sorted(depth):
+    inner = sorted(b for b in depth if nodes[b].children)
+    bodies = [[] for _ in range(max((depth[b] + 1 for b in inner), default=0))]
+    for b in inner:
         bodies[depth[b]].append(b)
-    where = {}  # body -> (group, position) at its depth
     kinds, members = [None] * len(bodies), [None] * len(bodies)
     for t in reversed(range(len(bodies))):  # tips -> roots: children's groups are known
         groups = {}
         for b in bodies[t]:
-            node = nodes[b]
-            kids = sorted(node.children, key=lambda c: (where[c][0], c))
-            kind = _Kind(
-                node.edge,
-                node.grounded,
-                sum(len(cut_rows[c]) for c, _ in node.ground_cuts),
-                tuple((where[c][0], nodes[c].passed) for c in kids),
-                node.rows,
-                node.edge_rows,
-                node.passed,
-            )
+            kids = sorted(nodes[b].children, key=lambda c: (where[c], c))
+            kind = kind_of(nodes[b], tuple(where[c][:2] + (nodes[c].passed,) for c in kids))
             groups.setdefault(kind, []).append((b, tuple(kids)))
         kinds[t] = tuple(sorted(groups))
         members[t] = [groups[kind] for kind in kinds[t]]
         for g, group in enumerate(members[t]):
             for i, (b, _) in enumerate(group):
-                where[b] = (g, i)
+                where[b] = (False, g, i)
 
     def data(t):
-        """Index arrays of the groups at depth t: bodies, edges, ground cuts, children's
-        positions (tips -> roots), the parent's position among the depth above's bodies and
-        the position of the passed rows' multipliers among those it hands down (roots -> tips)."""
+        """Index arrays of the groups at depth t (`_indices`), the positions of their children
+        (tips -> roots), of the parent among the depth above's bodies and of the passed rows'
+        multipliers among those the depth above hands down (roots -> tips)."""
         sizes = [len(group) for group in members[t - 1]] if t else []
         offset = np.cumsum([0] + sizes)
         handed = {}  # child group -> (parent group, slot) in the order they are stacked
         for g, kind in enumerate(kinds[t - 1] if t else ()):
-            for j, (h, _) in enumerate(kind.children):
-                handed.setdefault(h, []).append((g, j))
+            for j, (leaf, h, _) in enumerate(kind.children):
+                if not leaf:
+                    handed.setdefault(h, []).append((g, j))
         out = []
         for h, (kind, group) in enumerate(zip(kinds[t], members[t])):
-            x = {"body": np.array([b for b, _ in group])}
-            nodes_h = [nodes[b] for b, _ in group]
-            if kind.edge == "tree":
-                x["joint"] = np.array([n.joint for n in nodes_h])
-                x["sign"] = np.array([float(n.sign) for n in nodes_h])
-            else:
-                x["cut_rows"] = np.array([cut_rows[n.joint] for n in nodes_h]).reshape(
-                    len(group), kind.edge_rows
-                )
-                x["side"] = np.array([n.sign for n in nodes_h])
-            if kind.ground_rows:
-                x["ground_rows"] = np.array(
-                    [[r for c, _ in n.ground_cuts for r in cut_rows[c]] for n in nodes_h]
-                )
-                x["ground_sides"] = np.array(
-                    [[side for c, side in n.ground_cuts for _ in cut_rows[c]] for n in nodes_h]
-                )
+            x = _indices(kind, [nodes[b] for b, _ in group], cut_rows)
             x["children"] = tuple(
-                np.array([where[kids[j]][1] for _, kids in group])
+                np.array([where[kids[j]][2] for _, kids in group])
                 for j in range(len(kind.children))
             )
             if t:
-                parents = [where[n.parent] for n in nodes_h]
-                x["parent"] = np.array([offset[g] + i for g, i in parents])
+                parents = [where[nodes[b].parent] for b, _ in group]
+                x["parent"] = np.array([offset[g] + i for _, g, i in parents])
                 if kind.passed:
                     blocks = handed[h]
                     start = np.cumsum([0] + [sizes[g] for g, _ in blocks])
@@ -331,7 +353,7 @@ def _levels(steps: Plan) -> tuple[_Segment, ...]:
                     for (g, j), first in zip(blocks, start):
                         for i, (_, kids) in enumerate(members[t - 1][g]):
                             slot[kids[j]] = first + i
-                    x["handed"] = np.array([slot[n.body] for n in nodes_h])
+                    x["handed"] = np.array([slot[b] for b, _ in group])
             out.append(x)
         return tuple(out)
 
@@ -355,7 +377,31 @@ def _levels(steps: Plan) -> tuple[_Segment, ...]:
             end = t + 1
             segments.append(_Segment(t, kinds[t], above, data(t), False))
         t = end
-    return tuple(segments)
+    # Where the leaves find their parents' twist-rates and multipliers: `_down` outputs them
+    # per group (all depths of a segment stacked), flattened in segment, group, slot order.
+    accel, handed, count, blocks = {}, {}, 0, [0] * len(leaf_kinds)
+    for seg in segments:
+        depths = range(seg.first, seg.first + (len(seg.data[0]["body"]) if seg.scanned else 1))
+        for g, kind in enumerate(seg.kinds):
+            size, starts = len(members[seg.first][g]), {}
+            for j, (leaf, h, passed) in enumerate(kind.children):
+                if leaf and passed:
+                    starts[j], blocks[h] = blocks[h], blocks[h] + len(depths) * size
+            for n, t in enumerate(depths):
+                for i, (b, kids) in enumerate(members[t][g]):
+                    accel[b] = count + n * size + i
+                    for j, first in starts.items():
+                        handed[kids[j]] = first + n * size + i
+            count += len(depths) * size
+    leaves = []
+    for kind in leaf_kinds:
+        group = [nodes[b] for b in leaf_groups[kind]]
+        x = _indices(kind, group, cut_rows)
+        x["parent"] = np.array([accel[n.parent] if n.parent >= 0 else count for n in group])
+        if kind.passed:
+            x["handed"] = np.array([handed[n.body] for n in group])
+        leaves.append(x)
+    return _Layout(tuple(segments), leaf_kinds, tuple(leaves))
 
 
 # Small dense algebra, unrolled (dense sizes here are at most 2 d).
@@ -363,17 +409,17 @@ def _levels(steps: Plan) -> tuple[_Segment, ...]:
 
 def _qr(a):
     """Householder QR of a tall ``a`` ``(m, k)``, ``m >= k``: ``q`` ``(m, m)`` orthogonal and the
-    upper-triangular ``r`` ``(k, k)`` with ``a = q [r; 0]``."""
+    upper-triangular ``r`` ``(k, k)`` with ``a = q [r; 0]`` (below its diagonal, rounding: read
+    the upper triangle only). Each reflector is a masked whole vector, not a slice and a scatter."""
     m, k = a.shape
-    q = jnp.eye(m, dtype=a.dtype)
+    q, rows = jnp.eye(m, dtype=a.dtype), np.arange(m)
     for j in range(k):
-        x = a[j:, j]
+        x = jnp.where(rows >= j, a[:, j], 0.0)
         norm = jnp.sqrt(jnp.sum(x * x) + jnp.finfo(a.dtype).tiny)
-        alpha = -jnp.where(x[0] >= 0, norm, -norm)
-        v = x.at[0].add(-alpha)
+        v = x + jnp.where(a[j, j] >= 0, norm, -norm) * (rows == j)
         beta = 2.0 / jnp.sum(v * v)
-        a = a.at[j:].add(-beta * jnp.outer(v, v @ a[j:]))
-        q = q.at[:, j:].add(-beta * jnp.outer(q[:, j:] @ v, v))
+        a = a - jnp.outer(beta * v, v @ a)
+        q = q - jnp.outer(q @ v, beta * v)
     return q, a[:k]
 
 
@@ -514,19 +560,20 @@ def _own(kind, terms, x):
 
 
 def _links(x):
-    """The positions a pass gathers from the depth next to it (`_levels`)."""
+    """The positions a pass gathers from the depth next to it or the leaves (`_levels`)."""
     return {name: x[name] for name in ("children", "parent", "handed") if name in x}
 
 
-def _up(kinds, below, inputs, links):
+def _up(kinds, leaves, below, inputs, links):
     """Tips -> roots at one depth: each group's summaries ``(I, p, K, k)`` from its own terms
-    (`_own`) and its children's summaries ``below`` (per group at the next depth), one batched
-    `_eliminate` a group; returns the summaries, the `_Step` s and whether a pivot vanished."""
+    (`_own`) and its children's summaries, from the ``leaves`` or ``below`` (per group at the next
+    depth), one batched `_eliminate` a group; returns the summaries, the `_Step` s and whether a
+    pivot vanished."""
     summaries, steps, singular = [], [], jnp.asarray(False)
     for kind, (inertia, bias, k_mat, k_vec, *edge), x in zip(kinds, inputs, links):
         k_rows, k_vecs = [k_mat], [k_vec]
-        for (h, _), position in zip(kind.children, x["children"]):
-            i_c, p_c, k_c, kv_c = (a[position] for a in below[h])
+        for (leaf, h, _), position in zip(kind.children, x.get("children", ())):
+            i_c, p_c, k_c, kv_c = (a[position] for a in (leaves if leaf else below)[h])
             inertia, bias = inertia + i_c, bias + p_c
             k_rows.append(k_c)
             k_vecs.append(kv_c)
@@ -538,30 +585,36 @@ def _up(kinds, below, inputs, links):
     return tuple(summaries), tuple(steps), singular
 
 
-def _down(kinds, above_kinds, gamma, above, inputs, links, steps):
-    """Roots -> tips at one depth: from the parents' twist-rates and the multipliers they hand
-    down (``above``; None at the roots), each group's ``a``, the multipliers it hands to each
-    child slot, and its outputs: ``qdd`` of its edge and own tree joint, ``lam`` of its cut rows."""
-    d = gamma.shape[0]
-    accels, handed, outputs = [], [], []
+def _from_above(above_kinds, above):
+    """What the depth above hands down (`_down`'s carry) as the arrays `_down` gathers from: its
+    twist-rates stacked, and per group of this depth the multipliers of its passed rows."""
+    if above is None:
+        return None, {}
+    handed = {}
+    for kind, slots in zip(above_kinds, above[1]):
+        inner = [h for leaf, h, _ in kind.children if not leaf]
+        for h, m in zip(inner, slots):
+            handed.setdefault(h, []).append(m)
+    return jnp.concatenate(above[0]), {h: jnp.concatenate(m) for h, m in handed.items()}
+
+
+def _down(kinds, gamma, sources, inputs, links, steps):
+    """Roots -> tips for groups of bodies: from the parents' twist-rates and the multipliers they
+    hand down (``sources``: the arrays ``x["parent"]`` and ``x["handed"]`` index; None at the
+    roots), each group's ``a`` and the multipliers it hands to each child (the carry: those of
+    its children with children; the outputs: those of its leaves), and its outputs: ``qdd`` of
+    its edge and own tree joint, ``lam`` of its cut rows."""
+    d, (rates, handed) = gamma.shape[0], sources
+    accels, slots_down, outputs = [], [], []
     for h, (kind, own, x, step) in enumerate(zip(kinds, inputs, links, steps)):
         size = step.y.shape[0]
-        if above is None:
-            a_x = jnp.broadcast_to(gamma, (size, d))
-        else:
-            a_x = jnp.concatenate(above[0])[x["parent"]]
+        a_x = jnp.broadcast_to(gamma, (size, d)) if rates is None else rates[x["parent"]]
         ax1 = jnp.concatenate([a_x, jnp.ones((size, 1), a_x.dtype)], axis=1)
         y, m = _rows_times(step.y, ax1), _rows_times(step.m, ax1)
         if kind.passed:
-            blocks = [
-                above[1][g][j]
-                for g, other in enumerate(above_kinds)
-                for j, (child, _) in enumerate(other.children)
-                if child == h
-            ]
-            m = m + _rows_times(step.u2, jnp.concatenate(blocks)[x["handed"]])
+            m = m + _rows_times(step.u2, handed[h][x["handed"]])
         accel = a_x + y
-        out = {}
+        out = {"accel": accel}
         if kind.edge == "tree":
             out["qdd_edge"] = jnp.sum(own["w"] * (y - own["c"]), axis=1)
         else:
@@ -573,14 +626,18 @@ def _down(kinds, above_kinds, gamma, above, inputs, links, steps):
         if kind.ground_rows:
             out["lam_ground"] = m[:, start : start + kind.ground_rows]
             start += kind.ground_rows
-        slots = []
-        for _, count in kind.children:
-            slots.append(m[:, start : start + count])
+        inner, leaves = [], []
+        for leaf, _, count in kind.children:
+            if not leaf:
+                inner.append(m[:, start : start + count])
+            elif count:
+                leaves.append(m[:, start : start + count])
             start += count
+        out["leaves"] = tuple(leaves)
         accels.append(accel)
-        handed.append(tuple(slots))
+        slots_down.append(tuple(inner))
         outputs.append(out)
-    return (tuple(accels), tuple(handed)), tuple(outputs)
+    return (tuple(accels), tuple(slots_down)), tuple(outputs)
 
 
 # Where each output of `_down` goes: the index array of `_levels` that places it.
@@ -595,7 +652,8 @@ _PLACES = {
 def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
     """``(qdd, lam, singular)`` at one state (`loopdyn.forward.solve` with ``"recursive"``);
     ``psi(phi, J qd, J' qd)`` gives the acceleration constraints' right-hand side."""
-    segments = _levels(plan(mech))
+    layout = _levels(plan(mech))
+    segments = layout.segments
     d, dtype = mech.dim, qd.dtype
     motion, inertia, h = tree.recursion_terms(mech, q, qd, f_ext)
     gamma = tree.ground_acceleration(mech).astype(dtype)
@@ -634,37 +692,58 @@ def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
         rhs,
     )
 
+    # The leaves first, all at once, then the depths.
+    leaf_own = [_own(kind, terms, x) for kind, x in zip(layout.leaf_kinds, layout.leaves)]
+    leaf_links = tuple(map(_links, layout.leaves))
+    leaves, leaf_steps, singular = _up(
+        layout.leaf_kinds, (), None, tuple(up for up, _ in leaf_own), leaf_links
+    )
     owns = [[_own(kind, terms, x) for kind, x in zip(seg.kinds, seg.data)] for seg in segments]
-    below, singular, saved = None, jnp.asarray(False), [None] * len(segments)
+    below, saved = None, [None] * len(segments)
     for i in reversed(range(len(segments))):  # tips -> roots
         seg, inputs = segments[i], tuple(up for up, _ in owns[i])
         links = tuple(map(_links, seg.data))
         if seg.scanned:
 
             def level(carry, x, kinds=seg.kinds):
-                summaries, steps, small = _up(kinds, carry[0], *x)
+                summaries, steps, small = _up(kinds, leaves, carry[0], *x)
                 return (summaries, carry[1] | small), steps
 
             xs = (inputs, jax.tree.map(jnp.asarray, links))
             (below, singular), saved[i] = jax.lax.scan(level, (below, singular), xs, reverse=True)
         else:
-            below, saved[i], small = _up(seg.kinds, below, inputs, links)
+            below, saved[i], small = _up(seg.kinds, leaves, below, inputs, links)
             singular = singular | small
 
-    above, placed = None, []
+    above, placed, rates, handed = None, [], [], {}
     for seg, own, steps in zip(segments, owns, saved):  # roots -> tips
         inputs, links = tuple(down for _, down in own), tuple(map(_links, seg.data))
         if seg.scanned:
 
             def level(carry, x, kinds=seg.kinds):
-                return _down(kinds, kinds, gamma, carry, *x)
+                return _down(kinds, gamma, _from_above(kinds, carry), *x)
 
             xs = (inputs, jax.tree.map(jnp.asarray, links), steps)
             above, outputs = jax.lax.scan(level, above, xs)
         else:
-            above, outputs = _down(seg.kinds, seg.above, gamma, above, inputs, links, steps)
-        for x, out in zip(seg.data, outputs):
-            placed += [(name, value, x[_PLACES[name]]) for name, value in out.items()]
+            sources = _from_above(seg.above, above)
+            above, outputs = _down(seg.kinds, gamma, sources, inputs, links, steps)
+        for kind, x, out in zip(seg.kinds, seg.data, outputs):
+            placed += [
+                (name, out[name], x[place]) for name, place in _PLACES.items() if name in out
+            ]
+            rates.append(out["accel"].reshape(-1, d))
+            to_leaves = [h for leaf, h, count in kind.children if leaf and count]
+            for h, m in zip(to_leaves, out["leaves"]):
+                handed.setdefault(h, []).append(m.reshape(-1, m.shape[-1]))
+    sources = (
+        jnp.concatenate(rates + [gamma[None]]),  # a root's parent: the ground
+        {h: jnp.concatenate(m) for h, m in handed.items()},
+    )
+    leaf_inputs = tuple(down for _, down in leaf_own)
+    _, outputs = _down(layout.leaf_kinds, gamma, sources, leaf_inputs, leaf_links, leaf_steps)
+    for x, out in zip(layout.leaves, outputs):
+        placed += [(name, out[name], x[place]) for name, place in _PLACES.items() if name in out]
     # qdd and lam placed once, by one static permutation each.
     results = []
     for prefix in ("qdd", "lam"):
