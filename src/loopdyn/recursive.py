@@ -360,22 +360,36 @@ def _levels(steps: Plan) -> _Layout:
     def key(t):
         return kinds[t], tuple(map(len, members[t]))
 
-    last = len(bodies) - 1
-    inner = [0 < t < last and key(t - 1) == key(t) == key(t + 1) for t in range(last + 1)]
-    segments, t = [], 0
+    def passed_up(t):  # the shapes of the summaries depth t passes up
+        return tuple((kind.passed, len(group)) for kind, group in zip(kinds[t], members[t]))
+
+    def handed_down(t):  # the shapes of what depth t hands down to the next
+        return tuple(
+            (len(group), tuple(child[1:] for child in kind.children if not child[0]))
+            for kind, group in zip(kinds[t], members[t])
+        )
+
+    def one(t):
+        return _Segment(t, kinds[t], kinds[t - 1] if t else (), data(t), False)
+
+    # A scan over depths a..b of one key: its carry comes in from depth b + 1 (tips -> roots)
+    # and a - 1 (roots -> tips), which must hand over arrays of the shapes the scan makes.
+    last, segments, t = len(bodies) - 1, [], 0
     while t <= last:
         end = t + 1
-        while inner[t] and end <= last and inner[end]:
+        while end <= last and key(end) == key(t):
             end += 1
-        above = kinds[t - 1] if t else ()
-        if end - t >= 2:  # one lax.scan over the depths t .. end - 1
+        a, b = t + (t == 0 or handed_down(t - 1) != handed_down(t)), end - 1
+        b -= b == last or passed_up(b + 1) != passed_up(b)
+        if b - a < 1:  # fewer than two depths: unrolled
+            a = b = end
+        segments += [one(u) for u in range(t, a)]
+        if a < end:
             stacked = [
-                jax.tree.map(lambda *a: np.stack(a), *g) for g in zip(*map(data, range(t, end)))
+                jax.tree.map(lambda *x: np.stack(x), *g) for g in zip(*map(data, range(a, b + 1)))
             ]
-            segments.append(_Segment(t, kinds[t], above, tuple(stacked), True))
-        else:
-            end = t + 1
-            segments.append(_Segment(t, kinds[t], above, data(t), False))
+            segments.append(_Segment(a, kinds[a], kinds[a - 1], tuple(stacked), True))
+        segments += [one(u) for u in range(b + 1, end)]
         t = end
     # Where the leaves find their parents' twist-rates and multipliers: `_down` outputs them
     # per group (all depths of a segment stacked), flattened in segment, group, slot order.
