@@ -113,7 +113,7 @@ def _row_specs(mech, c):
     """The rows of cut joint c (module docstring table) as ``("point", e_k)``, ``("across", n)``
     and ``("angle", u, w)``."""
     kind, axis = mech.cut_joints[c].kind, mech.cut_axis[c]
-    x, y, z = (jnp.asarray(e, axis.dtype) for e in _E)
+    x, y, z = (np.asarray(e, axis.dtype) for e in _E)  # constants: one stacked array in `_rows`
     if mech.planar:
         points = [("point", x), ("point", y)]
         return {
@@ -155,14 +155,17 @@ class _Rows(NamedTuple):
 
 def _rows(mech) -> _Rows:
     specs = [(c, spec) for c in range(len(mech.cut_joints)) for spec in _row_specs(mech, c)]
-    zero = jnp.zeros(3, mech.cut_axis.dtype)
+    zero = np.zeros(3, mech.cut_axis.dtype)
+    # One constant where every row's vectors are (planar joints, fixed directions): the program
+    # does not grow with the number of cut joints.
+    stack = lambda v: np.stack(v) if all(isinstance(e, np.ndarray) for e in v) else jnp.stack(v)
     return _Rows(
         cut=np.array([c for c, _ in specs], dtype=int),
         turning=np.array([spec[0] != "point" for _, spec in specs], dtype=float)[:, None],
         on_b=np.array([spec[0] == "across_b" for _, spec in specs], dtype=float)[:, None],
         angle=np.array([spec[0] == "angle" for _, spec in specs], dtype=float)[:, None],
-        u=jnp.stack([spec[1] for _, spec in specs]),
-        w=jnp.stack([spec[2] if spec[0] == "angle" else zero for _, spec in specs]),
+        u=stack([spec[1] for _, spec in specs]),
+        w=stack([spec[2] if spec[0] == "angle" else zero for _, spec in specs]),
     )
 
 

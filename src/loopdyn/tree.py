@@ -24,7 +24,8 @@ or both) a ``custom_vmap`` rule folds the mapped axis into this native batch, so
 what a native batch costs. The public functions are jitted (`compilation.jit`): compiled once
 per mechanism structure and batch shape.
 
-The sequential passes run over the tree's depth levels, all bodies of a level at once, as a
+The sequential passes run over the tree's levels (a body's depth, its root's subtree shifted
+down where that keeps the levels narrow: `_shifts`), all bodies of a level at once, as a
 ``lax.scan`` (so the program, and its compile time, does not grow with the number of bodies;
 trees of at most `UNROLL_LEVELS` levels unroll it, as its loop costs more than it saves there). One
 base -> tips pass gives the poses, subspaces, twists and twist-rates together. The sines and
@@ -113,15 +114,37 @@ def _cross_force(planar, t, f):
 
 
 class _Levels(NamedTuple):
-    """The tree's depth levels as ``(L, w)`` slots (``w`` the widest level): ``body`` is the body
-    in each slot (``n``, a valid copy of a body, in the padding), ``parent`` the slot of its parent
-    in the level above, ``valid`` marks real bodies, and ``slot`` ``(n,)`` is each body's flat slot
-    ``level * w + column``."""
+    """The tree's levels as ``(L, w)`` slots (``w`` the widest level): ``body`` is the body in
+    each slot (``n``, a valid copy of a body, in the padding), ``parent`` the slot of its parent
+    in the level above (``w``, the ground, for a root below level 0), ``valid`` marks real
+    bodies, and ``slot`` ``(n,)`` is each body's flat slot ``level * w + column``. A body's level
+    is its depth plus its root's shift (`_shifts`)."""
 
     body: np.ndarray
     parent: np.ndarray
     valid: np.ndarray
     slot: np.ndarray
+
+
+def _shifts(parent, depth):
+    """Each root's first level: the tallest subtree at level 0, then each next tallest where it
+    widens the levels it spans the least (the earliest such), never past the tallest's last
+    level. A ladder of k rockers beside a chain of k + 1 bodies takes 2 columns, not k + 1."""
+    n, root = len(parent), []
+    for i, p in enumerate(parent):
+        root.append(i if p < 0 else root[p])
+    counts = {}  # root -> bodies per depth below it
+    for i in range(n):
+        counts.setdefault(root[i], []).append(depth[i])
+    counts = {r: np.bincount(d) for r, d in counts.items()}
+    levels = max(len(c) for c in counts.values())
+    width, shift = np.zeros(levels, dtype=int), {}
+    for r in sorted(counts, key=lambda r: (-len(counts[r]), r)):
+        c = counts[r]
+        widths = [np.max(width[s : s + len(c)] + c) for s in range(levels - len(c) + 1)]
+        shift[r] = int(np.argmin(widths))
+        width[shift[r] : shift[r] + len(c)] += c
+    return [shift[root[i]] for i in range(n)]
 
 
 @functools.cache
@@ -130,7 +153,8 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
     depth = []
     for p in parent:
         depth.append(0 if p < 0 else depth[p] + 1)
-    groups = [[i for i in range(n) if depth[i] == level] for level in range(max(depth) + 1)]
+    level_of = [d + s for d, s in zip(depth, _shifts(parent, depth))]
+    groups = [[i for i in range(n) if level_of[i] == level] for level in range(max(level_of) + 1)]
     width = max(len(g) for g in groups)
     body = np.full((len(groups), width), n)
     up = np.zeros((len(groups), width), dtype=np.int32)
@@ -139,7 +163,9 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
         body[level, : len(g)] = g
         slot[g] = level * width + np.arange(len(g))
         if level:
-            up[level, : len(g)] = [groups[level - 1].index(parent[i]) for i in g]
+            up[level, : len(g)] = [
+                groups[level - 1].index(parent[i]) if parent[i] >= 0 else width for i in g
+            ]
     return _Levels(body, up, body < n, slot)
 
 
@@ -177,8 +203,13 @@ def _down(mech, step, ground, inputs):
     value, _ = jax.eval_shape(step, ground, _take(xs[0], 0))
     above = jax.tree.map(lambda g, v: jnp.broadcast_to(g, v.shape).astype(v.dtype), ground, value)
 
+    grounds = bool(np.any(levels.parent == width))  # roots below level 0
+    ground_row = jax.tree.map(lambda v: v[:1], above)
+
     def level(above, x):
         inputs, parents = x
+        if grounds:
+            above = jax.tree.map(lambda v, g: jnp.concatenate([v, g]), above, ground_row)
         return step(_gather(above, parents, width), inputs)
 
     unroll = len(levels.body) <= UNROLL_LEVELS
@@ -200,8 +231,8 @@ def _up(mech, step, own, inputs):
         out, to_parent = step(jax.tree.map(jnp.add, own, below), inputs)
         if width > 1:
             mask = lambda v: jnp.where(valid.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
-            to_parent = jax.tree.map(
-                lambda v: jnp.zeros_like(v).at[parents].add(mask(v)), to_parent
+            to_parent = jax.tree.map(  # a root's (slot w, the ground) dropped
+                lambda v: jnp.zeros_like(v).at[parents].add(mask(v), mode="drop"), to_parent
             )
         return to_parent, out
 
@@ -363,12 +394,14 @@ def _inertia_matrix(planar, inertias):
 
 
 def _subspaces(mech):
-    """Joint-rate propagation vectors ``p_i`` ``(n, d)`` in body coordinates."""
-    subspaces = [
-        spatial.joint_subspace(k, mech.axis[i], mech.child_rotation[i], mech.child_position[i])
-        for i, k in enumerate(mech.joint_kinds)
-    ]
-    subspaces = jnp.stack(subspaces)
+    """Joint-rate propagation vectors ``p_i`` ``(n, d)`` in body coordinates
+    (`spatial.joint_subspace` of every body at once)."""
+    for kind in set(mech.joint_kinds) - {"revolute", "prismatic"}:
+        raise ValueError(f"unknown joint kind {kind!r}; expected 'revolute' or 'prismatic'")
+    revolute = np.array([k == "revolute" for k in mech.joint_kinds])[:, None]
+    u = jnp.einsum("nij,nj->ni", mech.child_rotation, mech.axis)
+    turning = jnp.concatenate([u, jnp.cross(mech.child_position, u)], axis=1)
+    subspaces = jnp.where(revolute, turning, jnp.concatenate([jnp.zeros_like(u), u], axis=1))
     return subspaces[:, _ROWS] if mech.planar else subspaces
 
 
