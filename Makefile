@@ -39,7 +39,7 @@ demo: $(DEMO_STAMP)
 # machine: inverse 104, gradients 96, cpp_peer 81 of which g++ about 50, tree 81), so the last
 # ones to finish are short and the two job slots end together.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-LONG := inverse gradients cpp_peer tree simulate forward montecarlo batched_lapack \
+LONG := inverse gradients cpp_peer tree simulate forward montecarlo batched_lapack recursive \
   quaternion_joints mjcf_coverage kinematics inverse_motion sharding fit notebooks_fit actuators \
   design notebooks cli notebooks_montecarlo inverse_idle fit_cli compile_cache mjcf
 FIRST := $(LONG:%=tests/test_%.py)
