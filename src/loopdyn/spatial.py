@@ -13,6 +13,7 @@ Wrenches go the other way with ``X.T``.
 """
 
 import jax.numpy as jnp
+import numpy as np
 
 PLANAR_ROWS = (2, 3, 4)  # [w_z, v_x, v_y] inside [w_x, w_y, w_z, v_x, v_y, v_z]
 
@@ -92,12 +93,19 @@ def joint_subspace(kind, axis, child_rotation, child_position):
     ``axis`` is the unit joint axis in the joint frame. Revolute: ``[u; c x u]``, prismatic ``[0; u]``
     with ``u`` the axis in body coordinates (seed 004 eq. 4).
     """
-    u = child_rotation @ axis
-    if kind == "revolute":
-        return jnp.concatenate([u, jnp.cross(child_position, u)])
-    if kind == "prismatic":
-        return jnp.concatenate([jnp.zeros(3, u.dtype), u])
-    raise ValueError(f"unknown joint kind {kind!r}; expected 'revolute' or 'prismatic'")
+    stacked = (x[None] for x in (axis, child_rotation, child_position))
+    return joint_subspaces((kind,), *stacked)[0]
+
+
+def joint_subspaces(kinds, axes, child_rotations, child_positions):
+    """`joint_subspace` of many joints at once, ``(n, 6)``: one kind per joint, arrays stacked
+    along their first axis."""
+    for kind in sorted(set(kinds) - {"revolute", "prismatic"}):
+        raise ValueError(f"unknown joint kind {kind!r}; expected 'revolute' or 'prismatic'")
+    revolute = np.array([k == "revolute" for k in kinds])[:, None]
+    u = jnp.einsum("nij,nj->ni", child_rotations, axes)
+    turning = jnp.concatenate([u, jnp.cross(child_positions, u)], axis=1)
+    return jnp.where(revolute, turning, jnp.concatenate([jnp.zeros_like(u), u], axis=1))
 
 
 def joint_pose(kind, axis, q, parent_rotation, parent_position, child_rotation, child_position):

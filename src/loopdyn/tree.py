@@ -394,14 +394,10 @@ def _inertia_matrix(planar, inertias):
 
 
 def _subspaces(mech):
-    """Joint-rate propagation vectors ``p_i`` ``(n, d)`` in body coordinates
-    (`spatial.joint_subspace` of every body at once)."""
-    for kind in set(mech.joint_kinds) - {"revolute", "prismatic"}:
-        raise ValueError(f"unknown joint kind {kind!r}; expected 'revolute' or 'prismatic'")
-    revolute = np.array([k == "revolute" for k in mech.joint_kinds])[:, None]
-    u = jnp.einsum("nij,nj->ni", mech.child_rotation, mech.axis)
-    turning = jnp.concatenate([u, jnp.cross(mech.child_position, u)], axis=1)
-    subspaces = jnp.where(revolute, turning, jnp.concatenate([jnp.zeros_like(u), u], axis=1))
+    """Joint-rate propagation vectors ``p_i`` ``(n, d)`` in body coordinates."""
+    subspaces = spatial.joint_subspaces(
+        mech.joint_kinds, mech.axis, mech.child_rotation, mech.child_position
+    )
     return subspaces[:, _ROWS] if mech.planar else subspaces
 
 
