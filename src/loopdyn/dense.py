@@ -197,6 +197,18 @@ def _matrix(rows):
     return jnp.stack([jnp.stack(row, -1) for row in rows], -2)
 
 
+# A squared pivot this much smaller than its matrix's scale means a rank-deficient matrix (in the
+# closed-loop methods: singular or redundant constraints).
+PIVOT_RTOL = 1e-13
+
+
+def small_pivots(pivots, scale):
+    """Whether a factorisation's pivot vanishes: ``pivot^2 <= PIVOT_RTOL * scale`` for one of
+    ``pivots``, or one is not finite."""
+    squares = pivots**2
+    return ~jnp.all(jnp.isfinite(squares)) | jnp.any(squares <= PIVOT_RTOL * scale)
+
+
 @jax.jit
 def cholesky(a):
     """Lower-triangular ``L`` with ``L L^T = a`` (symmetric positive definite ``a``, lower

@@ -58,9 +58,6 @@ from .mechanism import Mechanism
 GENERAL_METHODS = ("system", "slm", "sslm", "embedding")
 METHODS = GENERAL_METHODS + ("recursive",)
 
-# A pivot of the multiplier system this much smaller than the largest diagonal entry of its block
-# means a rank-deficient J: singular or redundant constraints.
-_PIVOT_RTOL = 1e-13
 # SSLM over this many loops or fewer runs block by block (`_per_block_multipliers`): at B = 1024
 # states on one core the four-bar and the 3-RRR ran 5-20 % faster than stacked (`_plan`),
 # whose smaller programs pay off with more loops (experiments/sslm_compact.md).
@@ -94,10 +91,9 @@ def _body_wrenches(mech, q, qd, f_ext):
 
 
 def _pivot_is_small(factor, block):
-    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot."""
-    pivots = jnp.diagonal(factor) ** 2
-    scale = jnp.max(jnp.abs(jnp.diagonal(block)))
-    return ~jnp.all(jnp.isfinite(pivots)) | jnp.any(pivots <= _PIVOT_RTOL * scale)
+    """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot
+    (`dense.small_pivots` against the block's largest diagonal entry)."""
+    return dense.small_pivots(jnp.diagonal(factor), jnp.max(jnp.abs(jnp.diagonal(block))))
 
 
 def _psi(phi, velocity, bias, baumgarte):
@@ -128,7 +124,8 @@ def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
     # The KKT matrix is singular exactly when J is rank deficient (I is positive definite).
     s = dense.singular_values(jac)
     singular = ~jnp.all(jnp.isfinite(solution)) | (
-        (m > 0) & (jnp.min(s, initial=jnp.inf) ** 2 <= _PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2)
+        (m > 0)
+        & (jnp.min(s, initial=jnp.inf) ** 2 <= dense.PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2)
     )
     return Solution(solution[:n], solution[n:], singular)
 
@@ -485,7 +482,7 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     lam = dense.lstsq(jac.T, inertia @ qdd - phi)
     s = dense.singular_values(jac_d)
     singular = ~jnp.all(jnp.isfinite(qdd)) | (
-        jnp.min(s, initial=jnp.inf) ** 2 <= _PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2
+        jnp.min(s, initial=jnp.inf) ** 2 <= dense.PIVOT_RTOL * jnp.max(s, initial=0.0) ** 2
     )
     return Solution(qdd, lam, singular)
 

@@ -83,10 +83,6 @@ import numpy as np
 from . import dense, kinematics, spatial, tree
 from .mechanism import Mechanism
 
-# A pivot this much smaller (squared) than the scale of its matrix means a singular state, as in
-# `forward._pivot_is_small`.
-_PIVOT_RTOL = 1e-13
-
 
 class _Node(NamedTuple):
     """Static structure of body ``body`` in the body graph: its graph ``parent`` (-1: the ground,
@@ -456,12 +452,6 @@ def _upper_solve(r, b, transpose=False):
     return jnp.stack(dense._substitute(entries, rows, order, transpose)).reshape(b.shape)
 
 
-def _small(pivots, scale):
-    """Whether a pivot vanishes: ``pivot^2 <= rtol * scale`` or not finite."""
-    squares = pivots**2
-    return ~jnp.all(jnp.isfinite(squares)) | jnp.any(squares <= _PIVOT_RTOL * scale)
-
-
 class _Step(NamedTuple):
     """What back substitution needs of one edge: ``y`` and the multipliers ``m`` of ``[K; E]``
     affine in ``a_x`` (``(., d + 1)``, the last column constant) and ``U2`` for the rows passed
@@ -490,7 +480,7 @@ def _eliminate(inertia, bias, k_mat, k_vec, e_y, e_x, e_vec, force, armature, w,
         u1, u2 = q[:, :d], q[:, d:]
         y = _upper_solve(c1, u1.T @ r_aff)
         m = u1 @ _upper_solve(c1, h @ y + g_aff, transpose=True)
-        small = _small(jnp.diagonal(c1), scale)
+        small = dense.small_pivots(jnp.diagonal(c1), scale)
     else:  # y's free part keeps inertia
         q, rt = _qr(c_mat.T)
         q1, null = q[:, :rows], q[:, rows:]
@@ -501,11 +491,8 @@ def _eliminate(inertia, bias, k_mat, k_vec, e_y, e_x, e_vec, force, armature, w,
         y = rho + null @ z
         m = _upper_solve(rt, q1.T @ (h @ y + g_aff))
         u2 = jnp.zeros((rows, 0), inertia.dtype)
-        pivots = jnp.diagonal(factor) ** 2
-        small = (
-            _small(jnp.diagonal(rt), scale)
-            | ~jnp.all(jnp.isfinite(pivots))
-            | jnp.any(pivots <= _PIVOT_RTOL * jnp.max(jnp.abs(jnp.diagonal(reduced))))
+        small = dense.small_pivots(jnp.diagonal(rt), scale) | dense.small_pivots(
+            jnp.diagonal(factor), jnp.max(jnp.abs(jnp.diagonal(reduced)))
         )
     passed = inertia + inertia @ y[:, :d] - r_mat.T @ m[:, :d]
     passed = 0.5 * (passed + passed.T)
