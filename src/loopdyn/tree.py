@@ -794,7 +794,10 @@ def _inertia_block_stacks(mech, params, frames, groups):
     for size, starts in groups:
         k = np.add.outer(np.asarray(starts, dtype=int), np.arange(size))
         mask = on_path[k[:, :, None], k[:, None, :]][..., None]
-        lower = jnp.where(mask, _dot(_rows_at(force, k)[:, :, None], _rows_at(s, k)[:, None]), 0.0)
+        # a dot_general, not a multiply-and-sum: XLA's CPU reduction of the (g, size, size, d)
+        # product was most of a single Cassie mass matrix (51 -> 35 us per evaluation)
+        products = jnp.einsum("gidb,gjdb->gijb", _rows_at(force, k), _rows_at(s, k))
+        lower = jnp.where(mask, products, 0.0)
         diagonal = np.eye(size, dtype=bool)[..., None]
         armature = _rows_at(params.armature, k)[:, :, None]
         stacks.append(lower + jnp.where(diagonal, armature, jnp.swapaxes(lower, 1, 2)))
