@@ -147,3 +147,21 @@ def test_program_does_not_grow_with_the_ladder():
 
     small, large = ops(6), ops(12)
     assert abs(large - small) <= 30, (small, large)  # measured 3883, 3901: 3 constants a loop
+
+
+def test_auto_runs_recursive_where_loops_share_a_large_subsystem():
+    """``method="auto"`` (the default): "recursive" on the chain ladder once its chain has more
+    than `forward.AUTO_SUBSYSTEM` coordinates (k = 8: 9), "sslm" below that, on small subsystems
+    and where "recursive" does not apply (Cassie: 32 coordinates, loops through bodies only);
+    ``forward_dynamics`` by default then gives the chosen method's numbers, to the last bit."""
+    cassie = loopdyn.load_mjcf(Path(__file__).parent / "data/published/closed_chain.xml")
+    small = [chain_ladder(4), mechanisms.ladder(8), mechanisms.stewart(), mechanisms.three_rrr()]
+    assert [forward.choose_method(m) for m in (*small, cassie)] == ["sslm"] * 5
+    mech, n = chain_ladder(8), 17
+    assert forward.choose_method(mech) == "recursive"
+
+    state = (mech.q0, jnp.linspace(-1.0, 1.0, n), jnp.linspace(1.0, 2.0, n))
+    auto = loopdyn.forward_dynamics(mech, *state)
+    chosen = loopdyn.forward_dynamics(mech, *state, method="recursive")
+    for a, b in zip(auto, chosen):
+        np.testing.assert_array_equal(a, b)

@@ -159,7 +159,7 @@ def main(argv=None):
     cmd = sub.add_parser("simulate", help="simulate a mechanism from its q0 at rest")
     cmd.add_argument("mechanism", help="library name (e.g. three_rrr) or MJCF file (.xml)")
     cmd.add_argument("--t", type=positive, default=5.0, help="final time [s]")
-    cmd.add_argument("--method", choices=forward.METHODS, default="sslm")
+    cmd.add_argument("--method", choices=forward.METHODS, default="auto")
     cmd.add_argument("--stabilization", choices=simulation.STABILIZATIONS, default="baumgarte")
     cmd.add_argument("--rtol", type=positive, default=1e-8, help="relative tolerance per step")
     cmd.add_argument("--atol", type=positive, default=1e-8, help="absolute tolerance [rad, m]")

@@ -45,7 +45,7 @@ def add_parser(subparsers):
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--rtol", type=float, default=1e-6)
     cmd.add_argument("--atol", type=float, default=1e-6)
-    cmd.add_argument("--method", default="sslm", help="forward-dynamics method")
+    cmd.add_argument("--method", default="auto", help="forward-dynamics method")
     cmd.add_argument("--saves", type=int, default=51, help="saved instants per run")
     cmd.add_argument("--trajectories", action="store_true", help="store q and qd at the saves")
     cmd.add_argument(

@@ -31,7 +31,20 @@ Five methods solve them and give the same numbers (the first four on every mecha
   between two bodies as edges) from its leaves to its roots and back, O(bodies) like the
   articulated-body recursion, whatever the number of loops through one subsystem (`recursive`).
   It applies where that graph is a forest and no coordinates are coupled
-  (`recursive.supported`; otherwise ``ValueError`` naming why); it is never chosen by default.
+  (`recursive.supported`; otherwise ``ValueError`` naming why).
+
+``"auto"``, the default, is ``"recursive"`` where it applies and some subsystem acted on by loops
+has more than `AUTO_SUBSYSTEM` coordinates, and ``"sslm"`` otherwise (`choose_method`): a static
+choice by structure. SSLM factorises each subsystem's inertia as one dense block and couples all
+the loops through it in one dense GICM block, so its work grows with the cube of the largest
+subsystem that loops share; the recursion's grows with the number of bodies, at a higher cost per
+body. Measured (experiments/auto_method.md): on the ladder of k four-bars drawn as MJCF draws it
+(every loop through one chain of k + 1 coordinates) SSLM was faster at k = 4 and the recursion
+from k = 6 on; where loops share at most 6 coordinates (the four-bar, 3-RRR, RSSR, quarter car and
+Stewart platform; `mechanisms.ladder` in experiments/recursive_ladder.md) SSLM was faster,
+batched by 2.0-4.4x. Where a single loop of the body graph passes through a local dead centre
+while the whole mechanism stays regular, ``"recursive"`` flags the state singular where
+``"sslm"`` solves it; pass ``method="sslm"`` there.
 
 The multipliers ``lam`` are stacked loop by loop in the rows of `kinematics.loop_residual`; a
 point row of a cut joint is the force that body a exerts on body b, in world axes.
@@ -56,7 +69,11 @@ from .mechanism import Mechanism
 # The methods that apply to every mechanism; "recursive" needs a body graph that is a forest
 # (`loopdyn.recursive.supported`).
 GENERAL_METHODS = ("system", "slm", "sslm", "embedding")
-METHODS = GENERAL_METHODS + ("recursive",)
+METHODS = GENERAL_METHODS + ("recursive", "auto")
+
+# "auto" runs "recursive" (where it applies) when loops act on a subsystem of more coordinates
+# than this (`choose_method`; the module docstring gives the measurements behind it).
+AUTO_SUBSYSTEM = 6
 
 # SSLM over this many loops or fewer runs block by block (`_per_block_multipliers`): at B = 1024
 # states on one core the four-bar and the 3-RRR ran 5-20 % faster than stacked (`_plan`),
@@ -504,9 +521,21 @@ _SOLVERS = {
 }
 
 
+def choose_method(mech: Mechanism) -> str:
+    """What ``method="auto"`` runs on ``mech`` (module docstring): ``"recursive"`` where it
+    applies and a subsystem acted on by loops has more than `AUTO_SUBSYSTEM` coordinates, else
+    ``"sslm"``. Static: decided by the topology alone."""
+    top = mech.topology
+    sizes = [stop - start for start, stop in top.coordinate_slices]
+    largest = max((sizes[j] for _, j in top.blocks), default=0)
+    with jax.ensure_compile_time_eval():  # inside a trace too: nothing of it enters the program
+        applies = largest > AUTO_SUBSYSTEM and recursive.supported(mech)
+    return "recursive" if applies else "sslm"
+
+
 @compilation.jit
 def solve(
-    mech, q, qd, tau, f_ext=None, method="sslm", baumgarte=None, independent=None, ctrl=None
+    mech, q, qd, tau, f_ext=None, method="auto", baumgarte=None, independent=None, ctrl=None
 ) -> Solution:
     """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
     Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``;
@@ -519,6 +548,8 @@ def solve(
         return Solution(qdd, jnp.zeros(0, qdd.dtype), jnp.asarray(False))
     if method == "embedding":
         return _embedded(mech, q, qd, tau, f_ext, baumgarte, independent)
+    if method == "auto":
+        method = choose_method(mech)
     return _SOLVERS[method](mech, q, qd, tau, f_ext, baumgarte)
 
 
@@ -533,7 +564,7 @@ def forward_dynamics(
     q: Float[Array, " n"],
     qd: Float[Array, " n"],
     tau: Float[Array, " n"],
-    method: str = "sslm",
+    method: str = "auto",
     f_ext: Float[Array, "n d"] | None = None,
     independent: tuple[int, ...] | None = None,
     ctrl: Float[Array, " u"] | None = None,
@@ -547,9 +578,10 @@ def forward_dynamics(
     about each body frame origin (the `tree` convention); ``ctrl``: the control actuators'
     inputs, one per ``mech.ctrl_names`` (MuJoCo's ``ctrl``), whose forces
     (`actuators.actuator_forces`) add to ``tau``; None: none act (unlike zeros, at which a
-    servo's bias still pulls). ``method``: ``"sslm"`` (default), ``"slm"``, ``"system"``,
-    ``"embedding"`` or ``"recursive"`` (module docstring; where the body graph is a forest); ``independent`` chooses the independent coordinates of
-    ``"embedding"`` (default `independent_coordinates`).
+    servo's bias still pulls). ``method``: ``"auto"`` (default: `choose_method`), ``"sslm"``,
+    ``"slm"``, ``"system"``, ``"embedding"`` or ``"recursive"`` (module docstring; where the body
+    graph is a forest); ``independent`` chooses the independent coordinates of ``"embedding"``
+    (default `independent_coordinates`).
 
     Singular or redundant constraints (a dead centre, dependent loop rows) raise ``ValueError``
     naming the loop when called eagerly, and an ``EquinoxRuntimeError`` under ``jit``; use

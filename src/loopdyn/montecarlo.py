@@ -137,7 +137,7 @@ class Options:
     saves: int = 51
     rtol: float = 1e-6
     atol: float = 1e-6
-    method: str = "sslm"
+    method: str = "auto"
     stabilization: str = "baumgarte"
     max_steps: int = 16_384
     drive: Callable | None = None

@@ -372,7 +372,7 @@ def simulate(
     *,
     tau: Callable | Array | None = None,
     ctrl: Callable | Array | None = None,
-    method: str = "sslm",
+    method: str = "auto",
     solver: diffrax.AbstractSolver | None = None,
     rtol: float = 1e-8,
     atol: float = 1e-8,
