@@ -96,7 +96,8 @@ def report(results):
         (
             f"*single*: µs per evaluation inside a compiled loop of {LOOP}; *batched*: µs per state of "
             f"`jit(vmap)` over B = {B}; median of {RUNS} calls. *largest*: coordinates of the largest "
-            "subsystem that loops act on; *auto*: `forward.choose_method`."
+            "subsystem that loops act on; *auto*: `forward.choose_method` (both structure, taken from "
+            "the code when the file is written: `--report-only` rewrites them, the timings kept)."
         ),
         "",
         (
