@@ -623,6 +623,7 @@ def default_method_target(raw, layout):
             (r["k"], method, r["cpp_constraintDynamics"]["per_state_s"] / b["per_state_s"])
         )
         compiles.append(r[method]["compile_s"])
+    missing += [e.split(":")[0] for e in raw.get("ladder_failures", []) if e.startswith(layout)]
     exponent = growth_exponent(points, "auto", raw["ladder_k_min"], "per_state_s")
     met = (
         bool(ratios)
@@ -642,7 +643,7 @@ def default_method_target(raw, layout):
             f"exponent {exponent:.2f}; C++ time / auto time: "
             + ", ".join(f"k = {k} ({m}) {x:.2f}" for k, m, x in ratios)
             + f"; compile (single) up to {max(compiles):.1f} s"
-            + (f"; no result at k = {missing}" if missing else "")
+            + (f"; no result: {'; '.join(map(str, missing))}" if missing else "")
             if exponent is not None
             else "not measured"
         ),
