@@ -146,7 +146,9 @@ def test_program_does_not_grow_with_the_ladder():
         return sum(" = " in line for line in text.splitlines())
 
     small, large = ops(6), ops(12)
-    assert abs(large - small) <= 30, (small, large)  # measured 3883, 3901: 3 constants a loop
+    # measured 4031, 4103: a constant, a slice and a reshape of the geometry a loop, which XLA
+    # folds (3883, 3901 before `forward.solve` ran through `chunking.chunked`)
+    assert abs(large - small) <= 100, (small, large)
 
 
 def test_auto_runs_recursive_where_loops_share_a_large_subsystem():

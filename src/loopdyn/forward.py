@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import actuators, compilation, dense, forces, kinematics, recursive, tree
+from . import actuators, chunking, compilation, dense, forces, kinematics, recursive, tree
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -539,7 +539,22 @@ def solve(
 ) -> Solution:
     """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
     Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``;
-    ``ctrl`` drives the control actuators (`actuators.actuator_forces`)."""
+    ``ctrl`` drives the control actuators (`actuators.actuator_forces`). Under ``vmap`` it runs
+    in chunks of `chunking.CHUNK` states (`chunking.chunked`)."""
+    # traced arrays through the chunking (they may be batched); concrete ones stay constants
+    arrays, static = eqx.partition(mech, lambda x: isinstance(x, jax.core.Tracer))
+    if baumgarte is not None:
+        baumgarte = tuple(jnp.asarray(x, q.dtype) for x in baumgarte)
+
+    def one(args):
+        arrays, *states = args
+        return _solve(eqx.combine(arrays, static), *states, method, independent)
+
+    return chunking.chunked(one)((arrays, q, qd, tau, f_ext, ctrl, baumgarte))
+
+
+def _solve(mech, q, qd, tau, f_ext, ctrl, baumgarte, method, independent) -> Solution:
+    """`solve` at one state."""
     tau = tau + forces.passive_forces(mech, q, qd)
     if ctrl is not None:
         tau = tau + actuators.actuator_forces(mech, q, qd, ctrl)

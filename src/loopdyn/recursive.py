@@ -67,8 +67,8 @@ its carry); the other depths are unrolled. So the program does not grow with a r
 structure (the chain ladder: depth 0, a scan over the couplers 1..k - 1, depth k, and the k
 rockers as one group of leaves; about 3,900 lowered ops at any k) but does with depths that do
 not repeat one by one (`mechanisms.ladder`, whose depths alternate two kinds, is unrolled). The
-passes are written per state; under ``vmap`` they run in chunks of `tree.CHUNK` states
-(`_batched`).
+passes are written per state; under ``vmap`` `loopdyn.forward.solve` runs the whole solve in
+chunks of `chunking.CHUNK` states.
 """
 
 from __future__ import annotations
@@ -701,7 +701,7 @@ def solve(mech: Mechanism, q, qd, tau, f_ext, psi):
         rhs,
     )
 
-    return _batched(structure)(terms)
+    return _passes(structure, terms)
 
 
 def _passes(structure: Plan, terms: _Terms):
@@ -771,43 +771,3 @@ def _passes(structure: Plan, terms: _Terms):
         values = jnp.concatenate([v for v, _ in pieces])
         results.append(values[np.argsort(np.concatenate([i for _, i in pieces]))])
     return results[0], results[1], singular
-
-
-@functools.cache
-def _batched(structure: Plan):
-    """`_passes` of ``structure``, whose ``vmap`` runs in chunks of `tree.CHUNK` states (a
-    ``lax.map``: each chunk's arrays stay in cache; one batch of 1024 states at once took twice
-    the time per state at k = 32) by a ``custom_vmap`` rule; derivatives (a ``custom_jvp``)
-    differentiate `_passes` as written."""
-    passes = functools.partial(_passes, structure)
-
-    @jax.custom_jvp
-    def fn(terms):
-        return mapped(terms)
-
-    @fn.defjvp
-    def jvp(primals, tangents):
-        return jax.jvp(passes, primals, tangents)
-
-    @jax.custom_batching.custom_vmap
-    def mapped(terms):
-        return passes(terms)
-
-    @mapped.def_vmap
-    def rule(axis_size, in_batched, terms):
-        (batched,) = in_batched
-        terms = jax.tree.map(
-            lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape), terms, batched
-        )
-        chunk = min(axis_size, tree.CHUNK)
-        count = -(-axis_size // chunk)
-
-        def split(x):  # (B, ...) -> (count, chunk, ...), padded with the last state
-            x = jnp.concatenate([x, jnp.repeat(x[-1:], count * chunk - axis_size, axis=0)])
-            return x.reshape((count, chunk) + x.shape[1:])
-
-        out = jax.lax.map(jax.vmap(passes), jax.tree.map(split, terms))
-        out = jax.tree.map(lambda o: o.reshape((count * chunk,) + o.shape[2:])[:axis_size], out)
-        return out, jax.tree.map(lambda _: True, out)
-
-    return fn

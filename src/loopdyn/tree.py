@@ -18,7 +18,7 @@ external wrenches ``f_ext`` (body coordinates, at the body frame origin) ``(n, d
 ``(..., n, d)``, ``d = mech.dim``; outputs carry the same leading batch axes. Inside, every array
 is laid out ``(body, components..., batch)``: the batch is the trailing, contiguous axis, so each
 small-matrix operation is an elementwise loop over states that XLA vectorises. Large batches run
-in chunks of `CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
+in chunks of `chunking.CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
 mechanisms use planar 3-vector algebra throughout. Under ``jax.vmap`` (over states, the mechanism,
 or both) a ``custom_vmap`` rule folds the mapped axis into this native batch, so ``vmap`` costs
 what a native batch costs. The public functions are jitted (`compilation.jit`): compiled once
@@ -42,10 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import compilation, configuration, spatial, trigonometry
+from . import chunking, compilation, configuration, spatial, trigonometry
 from .mechanism import Mechanism, configuration_layout
 
-CHUNK = 128  # states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
 UNROLL_LEVELS = 4  # trees this shallow run their level passes unrolled (B = 4096, one core:
 # 2-3 levels 10-20 % faster, 4 levels 1-6 %, 8 or more slower and longer to compile)
 _ROWS = np.array(spatial.PLANAR_ROWS)
@@ -592,13 +591,12 @@ def _vmappable(core, with_f_ext, base):
 
 def _native(core, with_f_ext, base, params, arrays):
     """``core`` over states ``arrays`` ``(*batch, ...)``, ``(*batch, n)`` first, with ``params``
-    leaves shared (of ndim ``base``) or per state (``(*batch, ...)``). Runs in chunks of `CHUNK`
+    leaves shared (of ndim ``base``) or per state (``(*batch, ...)``). Runs in chunks of `chunking.CHUNK`
     states laid out ``(n, ..., chunk)`` (a ``lax.map`` when there are several: each chunk's
     arrays stay in cache)."""
     batch = arrays[0].shape[:-1]
     size = int(np.prod(batch, dtype=int))
-    chunk = min(size, CHUNK)
-    count = -(-size // chunk)
+    chunk, count = chunking.chunks(size)
 
     def split(x):  # (*batch, ...) -> (count, ..., chunk), padded with the last state
         x = x.reshape((size,) + x.shape[len(batch) :])
