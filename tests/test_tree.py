@@ -25,7 +25,7 @@ from random_trees import (
     swap_vector,
 )
 
-from loopdyn import MechanismBuilder, spatial, tree
+from loopdyn import MechanismBuilder, chunking, spatial, tree
 
 ROWS = np.array(spatial.PLANAR_ROWS)
 OTHER = np.setdiff1d(np.arange(6), ROWS)
@@ -517,7 +517,7 @@ def test_native_batch_equals_single_states(model, monkeypatch):
     single = single_outputs
     expected = [single(mech, s.q[k], s.qd[k], s.qdd[k], s.f_ext[k]) for k in range(6)]
     expected = jax.tree.map(lambda *x: np.stack(x).reshape((2, 3) + x[0].shape), *expected)
-    monkeypatch.setattr(tree, "CHUNK", 2)
+    monkeypatch.setattr(chunking, "CHUNK", 2)
     batched = jax.jit(lambda *a: all_outputs(*a))(mech, *shaped)
     for key in expected:
         for b, e in zip(jax.tree.leaves(batched[key]), jax.tree.leaves(expected[key])):
