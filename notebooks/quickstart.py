@@ -42,7 +42,8 @@ print(f"{len(top.loops)} loops, {top.num_rows} constraint rows, {top.dof} degree
 
 # %% [markdown]
 # ## One state: accelerations and loop multipliers
-# `forward_dynamics` solves the constrained equations of motion (SSLM by default); `lam` holds
+# `forward_dynamics` solves the constrained equations of motion (method "auto" by default: SSLM
+# here, "recursive" where loops share a large subsystem); `lam` holds
 # the multipliers, the forces that keep each cut joint together (N in the cut joint's rows).
 
 # %%
