@@ -6,7 +6,8 @@ at B = 4096 they no longer fit in cache, and each of the program's many small op
 them through memory. Chunk by chunk they stay in cache: at B = 4096 on one core the default
 method per state went from 0.94 to 0.73 µs (four-bar), 3.3 to 1.9 µs (3-RRR), 30 to 17 µs
 (Stewart platform) and 129 to 49 µs (the MJCF chain ladder of 32 loops, "recursive")
-(experiments/chunked_batches.md).
+(experiments/chunked_batches.md). On a GPU the whole batch at once is faster (an H200 took 1.7-3.9x
+longer per state in chunks: experiments/chunked_batches_gpu.md), so there ``vmap`` stays whole.
 """
 
 import jax
@@ -23,8 +24,9 @@ def chunks(axis_size: int) -> tuple[int, int]:
 
 def chunked(fn):
     """``fn(args)`` (``args`` a pytree of arrays, one state) whose ``vmap`` runs in chunks of
-    `CHUNK` states, the last padded with copies of the last state, by a ``custom_vmap`` rule;
-    derivatives (a ``custom_jvp``) differentiate ``fn`` as written."""
+    `CHUNK` states, the last padded with copies of the last state, by a ``custom_vmap`` rule, when
+    JAX's default backend is the CPU; derivatives (a ``custom_jvp``) differentiate ``fn`` as
+    written."""
 
     @jax.custom_jvp
     def run(args):
@@ -41,6 +43,10 @@ def chunked(fn):
     @mapped.def_vmap
     def rule(axis_size, in_batched, args):
         (batched,) = in_batched
+        if jax.default_backend() != "cpu":  # a GPU takes the whole batch at once
+            axes = jax.tree.map(lambda b: 0 if b else None, batched)
+            out = jax.vmap(fn, in_axes=(axes,))(args)
+            return out, jax.tree.map(lambda _: True, out)
         chunk, count = chunks(axis_size)
 
         def split(x, b):  # (B, ...) -> (count, chunk, ...); shared arrays stay whole
