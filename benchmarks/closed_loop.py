@@ -607,23 +607,30 @@ def default_method(layout, k):
     return forward.choose_method(mech or mechanisms.ladder(k))
 
 
+def ladder_results(raw, layout, pick):
+    """The batched ladder results of ``layout`` for the method ``pick(k)`` at each k: ``(k,
+    method, C++ time / its time, row)`` where it has one, and the k without one (and the failed
+    rows)."""
+    found, missing = [], []
+    for r in raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", []):
+        method = pick(r["k"])
+        b = r.get(method, {}).get("batched", {})
+        if "per_state_s" in b:
+            cpp = r["cpp_constraintDynamics"]["per_state_s"]
+            found.append((r["k"], method, cpp / b["per_state_s"], r))
+        else:
+            missing.append(r["k"])
+    failed = [e.split(":")[0] for e in raw.get("ladder_failures", []) if e.startswith(layout)]
+    return found, missing + failed
+
+
 def default_method_target(raw, layout):
     """Issue 23's ladder target for the default method ``"auto"`` in ``layout``: at every k the
     row of the method it picks there (the same program, `default_method`)."""
-    rows = raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", [])
-    points, ratios, compiles, missing = [], [], [], []
-    for r in rows:
-        method = default_method(layout, r["k"])
-        b = r.get(method, {}).get("batched", {})
-        if "per_state_s" not in b:
-            missing.append(r["k"])
-            continue
-        points.append({"k": r["k"], "auto": b})
-        ratios.append(
-            (r["k"], method, r["cpp_constraintDynamics"]["per_state_s"] / b["per_state_s"])
-        )
-        compiles.append(r[method]["compile_s"])
-    missing += [e.split(":")[0] for e in raw.get("ladder_failures", []) if e.startswith(layout)]
+    found, missing = ladder_results(raw, layout, functools.partial(default_method, layout))
+    ratios = [(k, m, x) for k, m, x, _ in found]
+    compiles = [r[m]["compile_s"] for _, m, _, r in found]
+    points = [{"k": k, "auto": r[m]["batched"]} for k, m, _, r in found]
     exponent = growth_exponent(points, "auto", raw["ladder_k_min"], "per_state_s")
     met = (
         bool(ratios)
@@ -781,14 +788,8 @@ def peer_targets(raw):
         }
     )
     for layout in LAYOUTS:
-        rows = raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", [])
-        ratios = [
-            r["cpp_constraintDynamics"]["per_state_s"] / r["sslm"]["batched"]["per_state_s"]
-            for r in rows
-            if "per_state_s" in r.get("sslm", {}).get("batched", {})
-        ]
-        failed = sum(1 for r in rows if "per_state_s" not in r.get("sslm", {}).get("batched", {}))
-        failed += sum(1 for e in raw.get("ladder_failures", []) if e.startswith(f"{layout} "))
+        found, missing = ladder_results(raw, layout, lambda k: "sslm")
+        ratios, failed = [x for _, _, x, _ in found], len(missing)
         exponents = raw.get("ladder_exponents" if layout == "ladder" else "ladder_chain_exponents")
         e = (exponents or {}).get("sslm_batched")
         out.append(
