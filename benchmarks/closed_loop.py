@@ -34,6 +34,7 @@ import argparse
 import functools
 import json
 import multiprocessing
+import re
 import statistics
 import subprocess
 import tempfile
@@ -467,9 +468,34 @@ def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
 def ladder_row(layout, k, methods, repeats, batch, timeout, given_up):
     """`bench_ladder` in a subprocess of its own: the single-call programs of every k compiled in
     one process exhausted its memory mappings at k = 32 (LLVM "Cannot allocate memory").
-    Updates ``given_up`` from the row. A row whose process fails is ``{"layout", "k", "error"}``
-    (the chain's SSLM at k = 64 aborted so: one single-state program exhausts the mappings),
-    recorded and left out of the tables, not the end of the run."""
+    Updates ``given_up`` from the row. Where the process fails, each method runs again in a
+    process of its own (the chain's SSLM at k = 64 aborted so: its one single-state program
+    exhausts the mappings, and took the other methods' results with it); the methods that pass
+    make the row, each failure is listed in the row's ``"errors"``. A row where no method passes
+    is ``{"layout", "k", "error"}``, recorded and left out of the tables, not the end of the
+    run."""
+    row, error = _ladder_process(layout, k, methods, repeats, batch, timeout, given_up)
+    if error is not None and len(methods) > 1:
+        row, errors = None, []
+        for m in methods:
+            part, failed = _ladder_process(layout, k, [m], repeats, batch, timeout, given_up)
+            if failed is not None:
+                errors.append(failed)
+            else:
+                row = part if row is None else {**row, m: part[m]}
+        if row is not None:
+            row["errors"] = errors
+        error = "; ".join(errors)
+    if row is None:
+        return {"layout": layout, "k": k, "error": error}
+    for m in methods:
+        if m in row and "error" in row[m].get("batched", {}) and m not in given_up:
+            given_up[m] = f"failed at k = {k}"
+    return row
+
+
+def _ladder_process(layout, k, methods, repeats, batch, timeout, given_up):
+    """``(row, None)`` from `bench_ladder` in a subprocess, or ``(None, error)``."""
     command = [sys.executable, __file__, "--ladder-row", layout, str(k), ",".join(methods)]
     command += ["--repeats", str(repeats), "--ladder-batch", str(batch)]
     command += ["--ladder-timeout", str(timeout), "--given-up", json.dumps(given_up)]
@@ -479,13 +505,9 @@ def ladder_row(layout, k, methods, repeats, batch, timeout, given_up):
         reason = next((line for line in reversed(lines) if "rror" in line), lines[-1])
         error = f"{layout} k = {k} ({', '.join(methods)}): exit {done.returncode}, {reason}"
         print(f"ladder row failed: {error}", flush=True)
-        return {"layout": layout, "k": k, "error": error}
+        return None, error
     print(done.stdout.strip().splitlines()[-2], flush=True)  # bench_ladder's summary line
-    row = json.loads(done.stdout.strip().splitlines()[-1])
-    for m in methods:
-        if "error" in row[m].get("batched", {}) and m not in given_up:
-            given_up[m] = f"failed at k = {k}"
-    return row
+    return json.loads(done.stdout.strip().splitlines()[-1]), None
 
 
 def ladder_exponents(rows, k_min):
@@ -620,7 +642,12 @@ def ladder_results(raw, layout, pick):
             found.append((r["k"], method, cpp / b["per_state_s"], r))
         else:
             missing.append(r["k"])
-    failed = [e.split(":")[0] for e in raw.get("ladder_failures", []) if e.startswith(layout)]
+    rows = {r["k"] for r in raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", [])}
+    failed = [  # rows without any method (a method's own failure leaves it missing above)
+        e.split(":")[0]
+        for e in raw.get("ladder_failures", [])
+        if e.startswith(layout) and int(re.search(r"k = (\d+)", e).group(1)) not in rows
+    ]
     return found, missing + failed
 
 
@@ -1305,14 +1332,16 @@ def main():
         raw["ladder" if layout == "ladder" else f"ladder_{layout}"] = [
             r for r in rows if "error" not in r
         ]
-        raw.setdefault("ladder_failures", []).extend(r["error"] for r in rows if "error" in r)
+        raw.setdefault("ladder_failures", []).extend(
+            e for r in rows for e in ([r["error"]] if "error" in r else r.get("errors", []))
+        )
         checkpoint(args.out, raw)
     raw["ladder_note"] = (
         "System and SLM stop at k = 32 (`--ladder-all-methods` runs them at k = 64: each "
         "compiles for minutes today)."
         if k_max > 32 and not args.ladder_all_methods
         else ""
-    ) + "".join(f" Row failed, left out: {e}." for e in raw["ladder_failures"])
+    ) + "".join(f" Failed, left out: {e}." for e in raw["ladder_failures"])
     raw["ladder_k_min"] = 2 if args.quick else 8
     raw["ladder_exponents"] = ladder_exponents(raw["ladder"], raw["ladder_k_min"])
     raw["ladder_chain_exponents"] = ladder_exponents(raw["ladder_chain"], raw["ladder_k_min"])
