@@ -865,9 +865,15 @@ def markdown(raw):
         f"- Python {info['python']}, jax {info['jax']} ({info['jax_backend']}), equinox "
         f"{info['equinox']}, pinocchio {info['pinocchio']}, mujoco {info['mujoco']}",
         f"- Load average at start: {load(info['load_average_start'])}; at end: "
-        f"{load(info['load_average_end'])}. The machine is shared with other jobs during the "
-        "run: **timings are noisy** (the load average exceeds the core count), compare ratios "
-        "within this run, not across runs.",
+        f"{load(info['load_average_end'])}. "
+        + (
+            "The machine is shared with other jobs during the run: **timings are noisy** (the "
+            "load average exceeds the core count), compare ratios within this run, not across "
+            "runs."
+            if max(*info["load_average_start"], *info["load_average_end"]) > info["cores"]
+            else "The machine was otherwise quiet (the benchmark itself keeps about one core "
+            "busy); compare ratios within this run, not across runs."
+        ),
         f"- Total run {raw['total_s'] / 60:.1f} min{' (--quick)' if raw['quick'] else ''}. "
         f"Medians over {raw['repeats']} repeats.",
         "- *Per core*: the benchmark process pins itself to one CPU before JAX starts, so XLA "
