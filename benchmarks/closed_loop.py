@@ -629,12 +629,17 @@ def default_method(layout, k):
     return forward.choose_method(mech or mechanisms.ladder(k))
 
 
+def ladder_key(layout):
+    """The key of ``layout``'s ladder rows in the raw results."""
+    return "ladder" if layout == "ladder" else f"ladder_{layout}"
+
+
 def ladder_results(raw, layout, pick):
     """The batched ladder results of ``layout`` for the method ``pick(k)`` at each k: ``(k,
     method, C++ time / its time, row)`` where it has one, and the k without one (and the failed
     rows)."""
-    found, missing = [], []
-    for r in raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", []):
+    rows, found, missing = raw.get(ladder_key(layout), []), [], []
+    for r in rows:
         method = pick(r["k"])
         b = r.get(method, {}).get("batched", {})
         if "per_state_s" in b:
@@ -642,11 +647,11 @@ def ladder_results(raw, layout, pick):
             found.append((r["k"], method, cpp / b["per_state_s"], r))
         else:
             missing.append(r["k"])
-    rows = {r["k"] for r in raw.get("ladder" if layout == "ladder" else f"ladder_{layout}", [])}
+    ks = {r["k"] for r in rows}
     failed = [  # rows without any method (a method's own failure leaves it missing above)
         e.split(":")[0]
         for e in raw.get("ladder_failures", [])
-        if e.startswith(layout) and int(re.search(r"k = (\d+)", e).group(1)) not in rows
+        if e.startswith(layout) and int(re.search(r"k = (\d+)", e).group(1)) not in ks
     ]
     return found, missing + failed
 
@@ -1022,7 +1027,7 @@ def markdown(raw):
     ]
     names = " / ".join(LADDER_NAMES[m] for m in LADDER_METHODS)
     for layout in LAYOUTS:
-        rows = raw["ladder" if layout == "ladder" else f"ladder_{layout}"]
+        rows = raw[ladder_key(layout)]
         exponents = raw["ladder_exponents" if layout == "ladder" else f"ladder_{layout}_exponents"]
         lines += [
             "",
@@ -1335,9 +1340,7 @@ def main():
             )
             for k in ks
         ]
-        raw["ladder" if layout == "ladder" else f"ladder_{layout}"] = [
-            r for r in rows if "error" not in r
-        ]
+        raw[ladder_key(layout)] = [r for r in rows if "error" not in r]
         raw.setdefault("ladder_failures", []).extend(
             e for r in rows for e in ([r["error"]] if "error" in r else r.get("errors", []))
         )
