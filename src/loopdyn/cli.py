@@ -6,7 +6,8 @@
 
 Compiled programs are kept in JAX's persistent compilation cache, in ``$LOOPDYN_CACHE_DIR``
 (default ``~/.cache/loopdyn/jax``; ``LOOPDYN_CACHE_DIR=off`` or ``--no-cache`` for none), so a
-second run of the same command skips XLA's compilation."""
+second run of the same command skips XLA's compilation. Loops are compiled into single kernels
+(`compilation.use_loop_kernels`) unless ``XLA_FLAGS`` sets XLA's limit for them."""
 
 import argparse
 import os
@@ -27,6 +28,7 @@ from . import (
     cli_fit,
     cli_inverse,
     cli_montecarlo,
+    compilation,
     forward,
     kinematics,
     plot,
@@ -176,6 +178,7 @@ def main(argv=None):
     cli_fit.add_parser(sub)
     cli_balance.add_parser(sub)
     args = parser.parse_args(argv)
+    compilation.use_loop_kernels()
     use_cache(args.cache_dir)
     if args.command == "simulate" and args.saves < 2:
         parser.exit(2, f"loopdyn simulate: --saves must be at least 2, got {args.saves}\n")

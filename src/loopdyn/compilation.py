@@ -13,16 +13,35 @@ compiles with the user's options. Pass them there too::
 
     step = jax.jit(my_step, compiler_options=loopdyn.compilation.OPTIONS)
 
+Loops as single kernels. XLA's CPU runtime runs a program as a sequence of kernels, one per fused
+operation, each costing tens of nanoseconds to launch: for loopdyn's small per-state operations
+that launching is most of the time (a 3-RRR forward-dynamics evaluation inside a loop: 8.7 us, of
+which the kernels' own arithmetic is a small part). XLA compiles a while loop into one kernel
+instead when the loop holds no scatter and no library call and touches few bytes (about a
+kilobyte by default, too few for any of loopdyn's loops). loopdyn's programs write their
+static-index updates without scatters (`placement`), so with that limit raised (`LOOP_KERNELS`)
+a 3-RRR evaluation inside a loop took 2.3 us and a 5 s 3-RRR `simulate` 8 instead of 38 ms
+(one measurement on the 2-core machine of benchmarks/results/closed_loop.md). XLA takes the limit from the ``XLA_FLAGS`` environment
+variable only, read once when JAX starts its CPU backend, and it applies to every program of the
+process: `use_loop_kernels` sets it when called first; the command line does so. Or set it
+before Python starts::
+
+    XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1000000000
+
 JAX's global configuration is left as the user set it.
 """
 
 import functools
+import os
+import warnings
 
 import equinox as eqx
 import jax
 from jax.extend.core import find_top_trace
 
 OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+_THRESHOLD = "xla_cpu_small_while_loop_byte_threshold"
+LOOP_KERNELS = f"--xla_backend_extra_options={_THRESHOLD}=1000000000"
 
 _EVALUATION = type(find_top_trace(()))  # the trace of eager calls (this module loads eagerly)
 
@@ -56,3 +75,27 @@ def array_jit(fun, **kwargs):
     call = _either(top, jax.jit(fun, **kwargs))
     call.lower = top.lower
     return call
+
+
+def use_loop_kernels() -> bool:
+    """Let XLA compile each eligible loop of this process into one kernel (module docstring):
+    adds `LOOP_KERNELS` to ``XLA_FLAGS``. Returns whether it did; it does not where
+    ``XLA_FLAGS`` already sets the limit (the user's choice stands) and, with a warning, once
+    JAX's backend has started (the flags are read then)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _THRESHOLD in flags:
+        return False
+    from jax._src import xla_bridge  # no public test of whether the backend has started
+
+    if xla_bridge.backends_are_initialized():
+        warnings.warn(
+            "loopdyn.compilation.use_loop_kernels: JAX's backend has already started, so XLA "
+            "will not see the flag; call it before the first computation, or set XLA_FLAGS "
+            f"={LOOP_KERNELS} before starting Python",
+            stacklevel=2,
+        )
+        return False
+    extra = "--xla_backend_extra_options="  # one map of options: merge with the user's
+    flags = flags.replace(extra, f"{LOOP_KERNELS}," if extra in flags else extra)
+    os.environ["XLA_FLAGS"] = flags if LOOP_KERNELS in flags else f"{flags} {LOOP_KERNELS}".strip()
+    return True

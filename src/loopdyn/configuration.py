@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from . import placement
 from .mechanism import Mechanism, configuration_layout
 
 
@@ -104,8 +105,8 @@ def rate(mech: Mechanism, q: Float[Array, "... nq"], v: Float[Array, "... nv"]):
     omega = v[..., turned]
     omega = jnp.concatenate([jnp.zeros_like(omega[..., :1]), omega], axis=-1)
     out = jnp.zeros(shape + (mech.nq,), jnp.result_type(q, v))
-    out = out.at[..., entries].set(v[..., slots])
-    return out.at[..., quaternions].set(0.5 * _multiply(q[..., quaternions], omega))
+    out = placement.put(out, entries, v[..., slots], axis=-1)
+    return placement.put(out, quaternions, 0.5 * _multiply(q[..., quaternions], omega), axis=-1)
 
 
 def velocity(mech: Mechanism, q: Float[Array, "... nq"], q_rate: Float[Array, "... nq"]):
@@ -121,8 +122,8 @@ def velocity(mech: Mechanism, q: Float[Array, "... nq"], q_rate: Float[Array, ".
     omega = 2.0 * _multiply(conj, q_rate[..., quaternions])[..., 1:] / norm2
     shape = jnp.broadcast_shapes(q.shape[:-1], q_rate.shape[:-1])
     out = jnp.zeros(shape + (mech.nv,), jnp.result_type(q, q_rate))
-    out = out.at[..., slots].set(q_rate[..., entries])
-    return out.at[..., turned].set(omega)
+    out = placement.put(out, slots, q_rate[..., entries], axis=-1)
+    return placement.put(out, turned, omega, axis=-1)
 
 
 def integrate(
@@ -137,9 +138,9 @@ def integrate(
     slots, entries, quaternions, turned = _layout(mech)
     shape = jnp.broadcast_shapes(q.shape[:-1], v.shape[:-1])
     out = jnp.broadcast_to(q, shape + (mech.nq,)).astype(jnp.result_type(q, v))
-    out = out.at[..., entries].add(v[..., slots] * dt)
+    out = placement.add_at(out, entries, v[..., slots] * dt, axis=-1)
     turn = _exp(v[..., turned] * jnp.asarray(dt)[..., None, None])
-    return out.at[..., quaternions].set(_multiply(q[..., quaternions], turn))
+    return placement.put(out, quaternions, _multiply(q[..., quaternions], turn), axis=-1)
 
 
 def difference(
@@ -157,8 +158,8 @@ def difference(
     relative = _multiply(a * jnp.array([1.0, -1.0, -1.0, -1.0]), b)
     shape = jnp.broadcast_shapes(q0.shape[:-1], q1.shape[:-1])
     out = jnp.zeros(shape + (mech.nv,), jnp.result_type(q0, q1))
-    out = out.at[..., slots].set(q1[..., entries] - q0[..., entries])
-    return out.at[..., turned].set(_log(relative))
+    out = placement.put(out, slots, q1[..., entries] - q0[..., entries], axis=-1)
+    return placement.put(out, turned, _log(relative), axis=-1)
 
 
 def quaternion_norms(mech: Mechanism, q: Float[Array, "... nq"]) -> Float[Array, "... k"]:
@@ -174,4 +175,5 @@ def normalize(mech: Mechanism, q: Float[Array, "... nq"]) -> Float[Array, "... n
         return q
     quaternions = _layout(mech)[2]
     quat = q[..., quaternions]
-    return q.at[..., quaternions].set(quat / jnp.linalg.norm(quat, axis=-1, keepdims=True))
+    unit = quat / jnp.linalg.norm(quat, axis=-1, keepdims=True)
+    return placement.put(q, quaternions, unit, axis=-1)

@@ -11,9 +11,10 @@ coordinates about each body frame origin, the ``f_ext`` convention of `tree`.
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
-from . import configuration, spatial, tree
+from . import configuration, placement, spatial, tree
 from .mechanism import Mechanism
 
 
@@ -46,8 +47,10 @@ def spring_wrenches(
     position, rotation = tree.forward_kinematics(mech, q)
     twist = tree.twists(mech, q, qd)
     if mech.planar:  # back to the spatial layout [0, 0, w_z, v_x, v_y, 0]
-        twist = jnp.zeros((mech.num_bodies, 6), q.dtype).at[:, spatial.PLANAR_ROWS].set(twist)
-    wrench = jnp.zeros((mech.num_bodies, 6), q.dtype)
+        twist = placement.put(
+            jnp.zeros((mech.num_bodies, 6), q.dtype), np.asarray(spatial.PLANAR_ROWS), twist, 1
+        )
+    wrenches = [[] for _ in range(mech.num_bodies)]  # each body's, summed at the end
     zero = jnp.zeros(3, q.dtype)
     for k, (a, b) in enumerate(mech.spring_bodies):
         ends = []
@@ -69,7 +72,8 @@ def spring_wrenches(
         ):
             if body >= 0:
                 force = rotation[body].T @ (sign * tension * unit)
-                wrench = wrench.at[body].add(jnp.concatenate([jnp.cross(point, force), force]))
+                wrenches[body].append(jnp.concatenate([jnp.cross(point, force), force]))
+    wrench = jnp.stack([sum(w) if w else jnp.zeros(6, q.dtype) for w in wrenches])
     return wrench[:, jnp.array(spatial.PLANAR_ROWS)] if mech.planar else wrench
 
 

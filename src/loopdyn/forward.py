@@ -62,7 +62,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import actuators, chunking, compilation, dense, forces, kinematics, recursive, tree
+from . import (
+    actuators,
+    chunking,
+    compilation,
+    dense,
+    forces,
+    kinematics,
+    placement,
+    recursive,
+    tree,
+)
 from ._checks import check_arrays
 from .mechanism import Mechanism
 
@@ -182,7 +192,7 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     terms = jnp.zeros((top.num_rows, 2), q.dtype)  # J qd and J phi_hat
     for stack, (rows, columns) in zip(pairs, plan.pair_indices):
         products = stack @ jnp.stack([qd, phi_hat], axis=1)[columns]
-        terms = terms.at[rows].add(products)
+        terms = placement.add_at(terms, rows, products)
     psi = _psi(phi, terms[:, 0], bias, baumgarte)
     solved = []  # per group: I_j^-1 [J_{i,j}^T ...] over its acting loops i (eqs. 20, 22)
     for group, inertia in zip(plan.subsystems, inertias):
@@ -195,7 +205,7 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     lam, singular = _reduce(top, plan, products, psi - terms[:, 1])
     qdd = phi_hat
     for group, x in zip(plan.subsystems, solved):
-        qdd = qdd.at[group.coordinates].add(jnp.einsum("gnm,gm->gn", x, lam[group.rows]))
+        qdd = placement.add_at(qdd, group.coordinates, jnp.einsum("gnm,gm->gn", x, lam[group.rows]))
     return Solution(qdd, lam, singular)
 
 
@@ -234,7 +244,7 @@ def _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     lam, singular = _block_elimination(top.elimination_order, gicm, rhs)
     qdd = phi_hat
     for (i, j), solved in i_hat_t.items():
-        qdd = qdd.at[top.coordinates(j)].add(solved @ lam[i])
+        qdd = placement.add_at(qdd, np.arange(*top.coordinate_slices[j]), solved @ lam[i])
     return Solution(qdd, jnp.concatenate(lam) if lam else psi, singular)
 
 
@@ -393,7 +403,7 @@ def _chain_elimination(count, products, targets, rhs):
     rows = rhs.shape[0] // count
     blocks = jnp.zeros((2 * count, rows, rows), rhs.dtype)
     for target, product in zip(targets, products):
-        blocks = blocks.at[target].add(product)
+        blocks = placement.add_at(blocks, target, product)
 
     def eliminate(carry, step):
         schur, reduced = carry

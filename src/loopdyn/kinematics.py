@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import compilation, configuration, dense, spatial, tree
+from . import compilation, configuration, dense, placement, spatial, tree
 from .mechanism import Mechanism
 
 _E = np.eye(3)
@@ -72,7 +72,9 @@ def _spatial(mech, x):
     """Spatial 6-vectors from the twists of `tree` (planar ones are embedded in the xy-plane)."""
     if not mech.planar:
         return x
-    return jnp.zeros((*x.shape[:-1], 6), x.dtype).at[..., spatial.PLANAR_ROWS].set(x)
+    return placement.put(
+        jnp.zeros((*x.shape[:-1], 6), x.dtype), np.asarray(spatial.PLANAR_ROWS), x, -1
+    )
 
 
 def _with_ground(x, ground):
@@ -302,7 +304,8 @@ def _dense(mech, on_a, on_b):
     cols = _row_paths(mech)
     jac = jnp.zeros((on_a.shape[0], mech.num_bodies), on_a.dtype)
     rows = np.arange(on_a.shape[0])[:, None]
-    return jac.at[rows, cols[:, 0]].add(on_a).at[rows, cols[:, 1]].add(on_b)
+    jac = placement.add_at(jac, (rows, cols[:, 0]), on_a)
+    return placement.add_at(jac, (rows, cols[:, 1]), on_b)
 
 
 def _blocks(mech, on_a, on_b, coupled=None):
@@ -324,7 +327,9 @@ def _blocks(mech, on_a, on_b, coupled=None):
             body = _frame_body(mech, top.loops[i].cut, side)
             if body >= 0 and top.subsystem_of[body] == j:
                 local = np.where(cols[rows, side] >= start, cols[rows, side] - start, 0)
-                block = block.at[np.arange(block.shape[0])[:, None], local].add(values[rows])
+                block = placement.add_at(
+                    block, (np.arange(block.shape[0])[:, None], local), values[rows]
+                )
         blocks[i, j] = block
     return blocks
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import chunking, compilation, configuration, spatial, trigonometry
+from . import chunking, compilation, configuration, placement, spatial, trigonometry
 from .mechanism import Mechanism, configuration_layout
 
 UNROLL_LEVELS = 4  # trees this shallow run their level passes unrolled (B = 4096, one core:
@@ -231,7 +231,7 @@ def _up(mech, step, own, inputs):
         if width > 1:
             mask = lambda v: jnp.where(valid.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
             to_parent = jax.tree.map(  # a root's (slot w, the ground) dropped
-                lambda v: jnp.zeros_like(v).at[parents].add(mask(v), mode="drop"), to_parent
+                lambda v: placement.to_slots(mask(v), parents, width), to_parent
             )
         return to_parent, out
 
@@ -278,7 +278,7 @@ def _angles(mech, params, q):
     rotation = _mm(_mm(parent, turn), child_t)
     changes = (rotation, -_mv(rotation, child_position))
     slots = np.asarray(mech.quaternion_slots)
-    scatter = lambda x: jnp.zeros((mech.nv,) + x.shape[1:], x.dtype).at[slots].set(x)
+    scatter = lambda x: placement.put(jnp.zeros((mech.nv,) + x.shape[1:], x.dtype), slots, x)
     return angles + tuple(scatter(x) for x in changes)
 
 
