@@ -2,6 +2,10 @@
 compiled with them (top-level calls) give the numbers of the same functions nested in a user's
 ``jit``, ``vmap`` and ``grad`` (compiled without them: JAX refuses options on inner jits)."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,3 +59,50 @@ def test_eager_calls_give_the_jitted_numbers_for_numpy_and_jax_inputs():
         np.testing.assert_array_equal(loopdyn.forward_dynamics(mech, *args)[0], expected)
     back = loopdyn.inverse_dynamics(mech, q, qd, expected, check=False)
     np.testing.assert_allclose(back.tau, tau, rtol=0, atol=1e-12)
+
+
+LOOP_KERNEL_RUN = """
+import sys
+import jax
+import numpy as np
+from loopdyn import compilation, mechanisms
+import loopdyn
+
+assert compilation.use_loop_kernels()
+jax.config.update("jax_enable_x64", True)
+mech = mechanisms.four_bar()
+sim = loopdyn.simulate(mech, mech.q0, np.zeros(mech.nv), 1.0, rtol=1e-10, atol=1e-10)
+np.save(sys.argv[1], np.asarray(sim.q))
+"""
+
+
+def _entry(text):
+    return text[text.index("\nENTRY") :]
+
+
+def test_loop_kernels_compile_simulate_into_single_kernels_with_the_same_motion(tmp_path):
+    """With `compilation.use_loop_kernels` (a fresh process: XLA reads its flags once) every loop
+    of `simulate`'s compiled solve is one kernel, i.e. its entry computation runs no while loop of
+    its own (a scatter or a library call in the vector field would keep one there), and the
+    motion is the one simulated without it, up to the integration tolerance."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'}"}
+    command = [sys.executable, "-c", LOOP_KERNEL_RUN, str(tmp_path / "q.npy")]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (solve,) = (tmp_path / "dump").glob("*jit__integrate.cpu_after_optimizations.txt")
+    text = solve.read_text()
+    assert "xla_cpu_small_call" in text
+    assert " while(" not in _entry(text).split("\n}")[0]
+    mech = mechanisms.four_bar()
+    sim = loopdyn.simulate(mech, mech.q0, np.zeros(mech.nv), 1.0, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.load(tmp_path / "q.npy"), sim.q, rtol=0, atol=1e-8)
+
+
+def test_loop_kernels_come_too_late_once_the_backend_runs(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    jnp.zeros(1).block_until_ready()  # the backend has started
+    with pytest.warns(UserWarning, match="already started"):
+        assert not compilation.use_loop_kernels()
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false"
+    monkeypatch.setenv("XLA_FLAGS", compilation.LOOP_KERNELS)  # the user's own setting stands
+    assert not compilation.use_loop_kernels()
