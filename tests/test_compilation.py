@@ -87,7 +87,7 @@ def test_loop_kernels_compile_simulate_into_single_kernels_with_the_same_motion(
     motion is the one simulated without it, up to the integration tolerance."""
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'}"}
     command = [sys.executable, "-c", LOOP_KERNEL_RUN, str(tmp_path / "q.npy")]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     (solve,) = (tmp_path / "dump").glob("*jit__integrate.cpu_after_optimizations.txt")
     text = solve.read_text()
