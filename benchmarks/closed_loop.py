@@ -122,7 +122,7 @@ def bench_mechanism(name, batch, repeats):
     for method in ("system", *[m for m in METHODS if m != "system"]):
         solve = solver_for(mech, method)
         single = compilation.jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
-        batched = eqx.filter_jit(
+        batched = compilation.jit(
             lambda mech, q, qd, tau: jax.vmap(lambda *x: solve(mech, *x).qdd)(q, qd, tau)
         )
         c_single, out = first_call(single, mech, *one)
@@ -242,7 +242,7 @@ def profile_pieces(mech, q, qd, tau, repeats):
     }
     out = {}
     for label, fn in pieces.items():
-        batched = jax.jit(jax.vmap(fn))
+        batched = jax.jit(jax.vmap(fn), compiler_options=compilation.OPTIONS)
         jax.block_until_ready(batched(q, qd, tau))
         out[label] = {
             "batched_per_state_s": median_time(
@@ -277,7 +277,7 @@ def sharded_worker(batch, repeats):
         def qdd(mech, q, qd, tau):
             return solve(mech, q, qd, tau).qdd
 
-        vmapped = eqx.filter_jit(jax.vmap(qdd, in_axes=(None, 0, 0, 0)))
+        vmapped = compilation.jit(jax.vmap(qdd, in_axes=(None, 0, 0, 0)))
         cases = {
             "one_device": (vmapped, states),
             "sharded": (loopdyn.batch(qdd, in_axes=(None, 0, 0, 0)), states),
@@ -386,7 +386,7 @@ def ladder_worker(layout, k, method, path, repeats):
     states = np.load(path)
     q, qd, tau = (jnp.asarray(states[x]) for x in ("q", "qd", "tau"))
     solve = solver_for(mech, method)
-    batched = eqx.filter_jit(
+    batched = compilation.jit(
         lambda mech, q, qd, tau: jax.vmap(lambda *x: solve(mech, *x).qdd)(q, qd, tau)
     )
     compile_s, out = first_call(batched, mech, q, qd, tau)
@@ -582,7 +582,7 @@ def bench_simulation(batch, repeats, t1=5.0, tol=1e-6):
     result["single"]["hlo_ops"] = hlo_ops(lambda q0, qd0: run(q0, qd0), mech.q0, zeros)
     q, _, _, _ = random_states(mech, batch, seed=5)
     qd = jnp.zeros_like(q)
-    batched = jax.jit(jax.vmap(lambda q0, qd0: run(q0, qd0)))
+    batched = compilation.jit(jax.vmap(lambda q0, qd0: run(q0, qd0)))
     compile_b, sims = first_call(batched, q, qd)
     steps = np.asarray(sims.stats.steps)
     result["batched"] = {
@@ -899,7 +899,7 @@ def markdown(raw):
         "- *Per core*: the benchmark process pins itself to one CPU before JAX starts, so XLA "
         "(one host device), Pinocchio (one thread) and MuJoCo share one core. *single*: one "
         "`loopdyn.compilation.jit` call through Python incl. dispatch (XLA options of "
-        "`loopdyn.compilation.OPTIONS`); *batched*: `jit(vmap(f))` over "
+        "`loopdyn.compilation.OPTIONS`); *batched*: `loopdyn.compilation.jit(vmap(f))` over "
         f"B = {raw['batch']} random assembled states (independent coordinates held, velocities "
         "by `project_velocity`, random torques), time per state. Pinocchio: per call through "
         "Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10; planar "
@@ -1031,7 +1031,8 @@ def markdown(raw):
         "",
         "n = 2k + 1 coordinates, m = 2k rows. Two layouts of the same mechanism: "
         + "; ".join(f"*{layout}*: {text}" for layout, text in LAYOUTS.items())
-        + ". *single*: one jitted call (in this process); *batched*: `jit(vmap)` over B = "
+        + ". *single*: one jitted call (in this process); *batched*: `loopdyn.compilation.jit(vmap)` "
+        "over B = "
         f"{raw['ladder_batch']} varied states, per state, in a subprocess stopped after "
         f"{raw['ladder_timeout_s']:.0f} s (a hang or an abort fails that row only; a method that "
         "failed is not tried at larger k); *C++ cD*: Pinocchio's `constraintDynamics` compiled, "

@@ -6,6 +6,9 @@ may run concurrently on the runtime's threads; for operations this small the han
 than they save. With the memory-optimised schedule (`OPTIONS`) a 5 s 3-RRR `simulate` took 48
 instead of 94 ms and one jitted 3-RRR forward-dynamics call 109 instead of 167 us, while the
 four-bar's smaller programs were 4-7 % slower (benchmarks/results/compilation.md, one run).
+`OPTIONS` also turn off XLA's YNNPACK fusions (library calls XLA makes of some batched
+products): over a batch of 3-RRR states they took longer than XLA's own code (1.31 -> 1.12 us
+per state), and a loop holding one cannot be a single kernel (below; 0.96 us per state with it).
 
 Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX takes compiler
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
@@ -17,16 +20,18 @@ Loops as single kernels. XLA's CPU runtime runs a program as a sequence of kerne
 operation, each costing tens of nanoseconds to launch: for loopdyn's small per-state operations
 that launching is most of the time (a 3-RRR forward-dynamics evaluation inside a loop: 8.7 us, of
 which the kernels' own arithmetic is a small part). XLA compiles a while loop into one kernel
-instead when the loop holds no scatter and no library call and touches few bytes (about a
-kilobyte by default, too few for any of loopdyn's loops). loopdyn's programs write their
-static-index updates without scatters (`placement`), so with that limit raised (`LOOP_KERNELS`)
-a 3-RRR evaluation inside a loop took 2.3 us and a 5 s 3-RRR `simulate` 8 instead of 38 ms
-(one measurement on the 2-core machine of benchmarks/results/closed_loop.md). XLA takes the limit from the ``XLA_FLAGS`` environment
+instead when the loop holds no scatter and no library call (`OPTIONS` turn off the YNNPACK
+fusions) and touches few bytes (about a kilobyte by default, too few for any of loopdyn's
+loops). loopdyn's programs write their static-index updates without scatters (`placement`), so
+with that limit raised (`LOOP_KERNELS`) a 3-RRR evaluation inside a loop took 2.3 us and a 5 s
+3-RRR `simulate` 8 instead of 38 ms (one measurement on the 2-core machine of
+benchmarks/results/closed_loop.md). XLA takes the limit from the ``XLA_FLAGS`` environment
 variable only, read once when JAX starts its CPU backend, and it applies to every program of the
 process: `use_loop_kernels` sets it when called first; the command line does so. Or set it
 before Python starts::
 
-    XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1000000000
+    XLA_FLAGS="--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1000000000
+    --xla_cpu_experimental_ynn_fusion_type="
 
 JAX's global configuration is left as the user set it.
 """
@@ -39,9 +44,14 @@ import equinox as eqx
 import jax
 from jax.extend.core import find_top_trace
 
-OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+OPTIONS = {
+    "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+    "xla_cpu_experimental_ynn_fusion_type": "",  # none
+}
 _THRESHOLD = "xla_cpu_small_while_loop_byte_threshold"
-LOOP_KERNELS = f"--xla_backend_extra_options={_THRESHOLD}=1000000000"
+_EXTRA = "--xla_backend_extra_options="  # one map of options
+_NO_YNN = "--xla_cpu_experimental_ynn_fusion_type="  # for programs compiled without `OPTIONS`
+LOOP_KERNELS = f"{_EXTRA}{_THRESHOLD}=1000000000 {_NO_YNN}"
 
 _EVALUATION = type(find_top_trace(()))  # the trace of eager calls (this module loads eagerly)
 
@@ -79,7 +89,8 @@ def array_jit(fun, **kwargs):
 
 def use_loop_kernels() -> bool:
     """Let XLA compile each eligible loop of this process into one kernel (module docstring):
-    adds `LOOP_KERNELS` to ``XLA_FLAGS``. Returns whether it did; it does not where
+    adds `LOOP_KERNELS` (the limit, and no YNNPACK fusions in programs compiled without
+    `OPTIONS` either) to ``XLA_FLAGS``. Returns whether it did; it does not where
     ``XLA_FLAGS`` already sets the limit (the user's choice stands) and, with a warning, once
     JAX's backend has started (the flags are read then)."""
     flags = os.environ.get("XLA_FLAGS", "")
@@ -91,11 +102,11 @@ def use_loop_kernels() -> bool:
         warnings.warn(
             "loopdyn.compilation.use_loop_kernels: JAX's backend has already started, so XLA "
             "will not see the flag; call it before the first computation, or set XLA_FLAGS "
-            f"={LOOP_KERNELS} before starting Python",
+            f"='{LOOP_KERNELS}' before starting Python",
             stacklevel=2,
         )
         return False
-    extra = "--xla_backend_extra_options="  # one map of options: merge with the user's
-    flags = flags.replace(extra, f"{LOOP_KERNELS}," if extra in flags else extra)
-    os.environ["XLA_FLAGS"] = flags if LOOP_KERNELS in flags else f"{flags} {LOOP_KERNELS}".strip()
+    if _EXTRA in flags:  # merge with the user's map
+        flags = f"{flags.replace(_EXTRA, f'{_EXTRA}{_THRESHOLD}=1000000000,')} {_NO_YNN}"
+    os.environ["XLA_FLAGS"] = flags if _THRESHOLD in flags else f"{flags} {LOOP_KERNELS}".strip()
     return True
