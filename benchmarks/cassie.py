@@ -43,6 +43,8 @@ import numpy as np
 import loopdyn
 from loopdyn import compilation, kinematics
 
+compilation.use_loop_kernels()  # before the first computation
+
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import pinocchio_cpp
@@ -168,7 +170,7 @@ def loopdyn_calls(mech, q, v, tau, repeats, batch_methods):
         def f(*x, method=method, keep=keep):
             return loopdyn.forward_dynamics(mech, *x, method=method, independent=keep)[0]
 
-        batched = jax.jit(jax.vmap(f))
+        batched = jax.jit(jax.vmap(f), compiler_options=compilation.OPTIONS)
         compile_s, qdd = first_call(batched, q, v, tau)
         per = median_time(lambda: batched(q, v, tau).block_until_ready(), 1, repeats) / len(q)
         out[method] |= {"batched_compile_s": compile_s, "batched_per_state_s": per}
@@ -330,6 +332,7 @@ def markdown(r):
         f"- CPU: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}",
         f"- Python {m['python']}, jax {m['jax']} ({m['jax_backend']}), pinocchio {m['pinocchio']}, "
         f"mujoco {mujoco.__version__}",
+        f"- XLA_FLAGS: `{m.get('xla_flags') or '(none)'}` (`loopdyn.compilation.use_loop_kernels`)",
         f"- Load average at start: {', '.join(f'{x:.2f}' for x in r['load_average_start'])}; at "
         f"end: {', '.join(f'{x:.2f}' for x in r['load_average_end'])}. The machine is shared: "
         "when the load exceeds the core count the timings are noisy; compare ratios within the "

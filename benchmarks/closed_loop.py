@@ -622,8 +622,7 @@ def machine():
 
     info = tree_machine()
     info["load_average_start"] = info.pop("load_average")
-    xla_flags = os.environ.get("XLA_FLAGS", "")
-    return info | {"equinox": eqx.__version__, "mujoco": mujoco.__version__, "xla_flags": xla_flags}
+    return info | {"equinox": eqx.__version__, "mujoco": mujoco.__version__}
 
 
 def us(seconds):

@@ -185,6 +185,7 @@ def machine():
         "pinocchio": pin.__version__,
         "devices": len(jax.devices()),
         "load_average": os.getloadavg(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
 
