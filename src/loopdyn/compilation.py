@@ -30,8 +30,13 @@ variable only, read once when JAX starts its CPU backend, and it applies to ever
 process: `use_loop_kernels` sets it when called first; the command line does so. Or set it
 before Python starts::
 
-    XLA_FLAGS="--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1000000000
+    XLA_FLAGS="--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=10000000
     --xla_cpu_experimental_ynn_fusion_type="
+
+The limit, 10 MB, takes in a `simulate`'s whole solve (1 MB is enough for the 3-RRR's) and the
+chunk loop of a batch of the smaller mechanisms (over 1 MB for the four-bar's and the 3-RRR's),
+and leaves the largest programs kernel by kernel: as one kernel, the batched recursive method on a
+32-loop ladder (36,000 operations) did not finish compiling in 5 minutes.
 
 JAX's global configuration is left as the user set it.
 """
@@ -51,7 +56,8 @@ OPTIONS = {
 _THRESHOLD = "xla_cpu_small_while_loop_byte_threshold"
 _EXTRA = "--xla_backend_extra_options="  # one map of options
 _NO_YNN = "--xla_cpu_experimental_ynn_fusion_type="  # for programs compiled without `OPTIONS`
-LOOP_KERNELS = f"{_EXTRA}{_THRESHOLD}=1000000000 {_NO_YNN}"
+_LIMIT = 10_000_000  # bytes a loop may touch to become one kernel (module docstring)
+LOOP_KERNELS = f"{_EXTRA}{_THRESHOLD}={_LIMIT} {_NO_YNN}"
 
 _EVALUATION = type(find_top_trace(()))  # the trace of eager calls (this module loads eagerly)
 
@@ -107,6 +113,6 @@ def use_loop_kernels() -> bool:
         )
         return False
     if _EXTRA in flags:  # merge with the user's map
-        flags = f"{flags.replace(_EXTRA, f'{_EXTRA}{_THRESHOLD}=1000000000,')} {_NO_YNN}"
+        flags = f"{flags.replace(_EXTRA, f'{_EXTRA}{_THRESHOLD}={_LIMIT},')} {_NO_YNN}"
     os.environ["XLA_FLAGS"] = flags if _THRESHOLD in flags else f"{flags} {LOOP_KERNELS}".strip()
     return True
