@@ -8,7 +8,8 @@ instead of 94 ms and one jitted 3-RRR forward-dynamics call 109 instead of 167 u
 four-bar's smaller programs were 4-7 % slower (benchmarks/results/compilation.md, one run).
 `OPTIONS` also turn off XLA's YNNPACK fusions (library calls XLA makes of some batched
 products): over a batch of 3-RRR states they took longer than XLA's own code (1.31 -> 1.12 us
-per state), and a loop holding one cannot be a single kernel (below; 0.96 us per state with it).
+per state, one measurement on the 2-core machine), and a loop holding one cannot be a single
+kernel (below; 1.01 us per state in benchmarks/results/closed_loop.md).
 
 Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX takes compiler
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
@@ -18,14 +19,16 @@ compiles with the user's options. Pass them there too::
 
 Loops as single kernels. XLA's CPU runtime runs a program as a sequence of kernels, one per fused
 operation, each costing tens of nanoseconds to launch: for loopdyn's small per-state operations
-that launching is most of the time (a 3-RRR forward-dynamics evaluation inside a loop: 8.7 us, of
-which the kernels' own arithmetic is a small part). XLA compiles a while loop into one kernel
+that launching is most of the time (a 3-RRR forward-dynamics evaluation inside a simulation step
+took 10.5 us; perf put the kernels' own code at 4 % of a compiled loop's time). XLA compiles a while loop into one kernel
 instead when the loop holds no scatter and no library call (`OPTIONS` turn off the YNNPACK
 fusions) and touches few bytes (about a kilobyte by default, too few for any of loopdyn's
 loops). loopdyn's programs write their static-index updates without scatters (`placement`), so
-with that limit raised (`LOOP_KERNELS`) a 3-RRR evaluation inside a loop took 2.3 us and a 5 s
-3-RRR `simulate` 8 instead of 38 ms (one measurement on the 2-core machine of
-benchmarks/results/closed_loop.md). XLA takes the limit from the ``XLA_FLAGS`` environment
+with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead of 42 ms, 1.85 us
+per forward-dynamics evaluation (benchmarks/results/closed_loop.md and its previous run). The
+costs: LLVM compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s), and
+the batched recursive method on the 64-loop MJCF chain ladder asked for a 71 GB buffer and
+failed, where it had run without the limit. XLA takes the limit from the ``XLA_FLAGS`` environment
 variable only, read once when JAX starts its CPU backend, and it applies to every program of the
 process: `use_loop_kernels` sets it when called first; the command line does so. Or set it
 before Python starts::
