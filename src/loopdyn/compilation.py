@@ -20,10 +20,10 @@ compiles with the user's options. Pass them there too::
 Loops as single kernels. XLA's CPU runtime runs a program as a sequence of kernels, one per fused
 operation, each costing tens of nanoseconds to launch: for loopdyn's small per-state operations
 that launching is most of the time (a 3-RRR forward-dynamics evaluation inside a simulation step
-took 10.5 us; perf put the kernels' own code at 4 % of a compiled loop's time). XLA compiles a while loop into one kernel
-instead when the loop holds no scatter and no library call (`OPTIONS` turn off the YNNPACK
-fusions) and touches few bytes (about a kilobyte by default, too few for any of loopdyn's
-loops). loopdyn's programs write their static-index updates without scatters (`placement`), so
+took 10.5 us; perf put the kernels' own code at 4 % of a compiled loop's time). XLA compiles a
+while loop into one kernel instead when the loop holds no scatter and no library call (`OPTIONS`
+turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for
+any of loopdyn's loops). loopdyn's programs write their static-index updates without scatters (`placement`), so
 with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead of 42 ms, 1.85 us
 per forward-dynamics evaluation (benchmarks/results/closed_loop.md and its previous run). The
 costs: LLVM compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s), and

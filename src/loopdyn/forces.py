@@ -11,10 +11,9 @@ coordinates about each body frame origin, the ``f_ext`` convention of `tree`.
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float
 
-from . import configuration, placement, spatial, tree
+from . import configuration, spatial, tree
 from .mechanism import Mechanism
 
 
@@ -47,9 +46,7 @@ def spring_wrenches(
     position, rotation = tree.forward_kinematics(mech, q)
     twist = tree.twists(mech, q, qd)
     if mech.planar:  # back to the spatial layout [0, 0, w_z, v_x, v_y, 0]
-        twist = placement.put(
-            jnp.zeros((mech.num_bodies, 6), q.dtype), np.asarray(spatial.PLANAR_ROWS), twist, 1
-        )
+        twist = spatial.from_planar(twist)
     wrenches = [[] for _ in range(mech.num_bodies)]  # each body's, summed at the end
     zero = jnp.zeros(3, q.dtype)
     for k, (a, b) in enumerate(mech.spring_bodies):

@@ -72,9 +72,7 @@ def _spatial(mech, x):
     """Spatial 6-vectors from the twists of `tree` (planar ones are embedded in the xy-plane)."""
     if not mech.planar:
         return x
-    return placement.put(
-        jnp.zeros((*x.shape[:-1], 6), x.dtype), np.asarray(spatial.PLANAR_ROWS), x, -1
-    )
+    return spatial.from_planar(x)
 
 
 def _with_ground(x, ground):

@@ -26,27 +26,26 @@ def _sources(index, size):
     return table
 
 
-def _flat(x, index, axis):
-    """``x`` with the axes that ``index`` addresses (a tuple of arrays) merged into one at
-    ``axis``, and the merged positions; ``index`` arrays broadcast against each other."""
+def _flat(x, index, values, axis):
+    """``x`` and ``values`` with the axes that ``index`` addresses (a tuple of arrays over
+    consecutive axes, broadcast against each other) merged into one, that axis's position, and
+    the merged positions."""
     index = index if isinstance(index, tuple) else (index,)
     axis = axis % x.ndim
-    dims = x.shape[axis : axis + len(index)]
+    dims, rest = x.shape[axis : axis + len(index)], x.shape[axis + len(index) :]
     merged = np.ravel_multi_index(np.broadcast_arrays(*map(np.asarray, index)), dims)
-    shape = x.shape[:axis] + (int(np.prod(dims)),) + x.shape[axis + len(index) :]
-    return x.reshape(shape), merged, len(index)
+    values = jnp.broadcast_to(jnp.asarray(values, x.dtype), x.shape[:axis] + merged.shape + rest)
+    values = values.reshape(x.shape[:axis] + (merged.size,) + rest)
+    flat = x.reshape(x.shape[:axis] + (int(np.prod(dims)),) + rest)
+    return flat, values, axis, merged.reshape(-1)
 
 
 def add_at(x, index, values, axis=0):
     """``x.at[(slice(None),) * axis + index].add(values)`` for constant ``index`` (an integer
     array, or a tuple of them over consecutive axes; repeats add up), without a scatter."""
-    flat, merged, count = _flat(x, index, axis)
+    flat, values, axis, merged = _flat(x, index, values, axis)
     if merged.size == 0:
         return x
-    axis = axis % x.ndim
-    values = jnp.asarray(values, x.dtype)
-    values = jnp.broadcast_to(values, x.shape[:axis] + merged.shape + x.shape[axis + count :])
-    values = values.reshape(x.shape[:axis] + (merged.size,) + x.shape[axis + count :])
     table = _sources(merged, flat.shape[axis])
     zero = jnp.zeros_like(jnp.take(values, np.array([0]), axis=axis))
     padded = jnp.concatenate([values, zero], axis=axis)
@@ -58,12 +57,7 @@ def add_at(x, index, values, axis=0):
 def put(x, index, values, axis=0):
     """``x.at[(slice(None),) * axis + index].set(values)`` for constant ``index`` without
     repeats, without a scatter."""
-    flat, merged, count = _flat(x, index, axis)
-    axis = axis % x.ndim
-    values = jnp.asarray(values, x.dtype)
-    values = jnp.broadcast_to(values, x.shape[:axis] + merged.shape + x.shape[axis + count :])
-    values = values.reshape(x.shape[:axis] + (merged.size,) + x.shape[axis + count :])
-    merged = merged.reshape(-1)
+    flat, values, axis, merged = _flat(x, index, values, axis)
     if len(set(merged.tolist())) != merged.size:
         raise ValueError("put: repeated positions")
     source = np.arange(flat.shape[axis]) + merged.size  # keep x where nothing is put

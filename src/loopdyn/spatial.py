@@ -15,7 +15,14 @@ Wrenches go the other way with ``X.T``.
 import jax.numpy as jnp
 import numpy as np
 
+from . import placement
+
 PLANAR_ROWS = (2, 3, 4)  # [w_z, v_x, v_y] inside [w_x, w_y, w_z, v_x, v_y, v_z]
+
+
+def from_planar(x):
+    """Spatial 6-vectors ``(..., 6)`` of planar 3-vectors ``(..., 3)`` (zeros off the plane)."""
+    return placement.put(jnp.zeros((*x.shape[:-1], 6), x.dtype), np.asarray(PLANAR_ROWS), x, -1)
 
 
 def skew(r):
