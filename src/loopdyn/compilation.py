@@ -22,16 +22,16 @@ operation, each costing tens of nanoseconds to launch: for loopdyn's small per-s
 that launching is most of the time (a 3-RRR forward-dynamics evaluation inside a simulation step
 took 10.5 us; perf put the kernels' own code at 4 % of a compiled loop's time). XLA compiles a
 while loop into one kernel instead when the loop holds no scatter and no library call (`OPTIONS`
-turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for
-any of loopdyn's loops). loopdyn's programs write their static-index updates without scatters (`placement`), so
-with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead of 42 ms, 1.85 us
-per forward-dynamics evaluation (benchmarks/results/closed_loop.md and its previous run). The
-costs: LLVM compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s), and
-the batched recursive method on the 64-loop MJCF chain ladder asked for a 71 GB buffer and
-failed, where it had run without the limit. XLA takes the limit from the ``XLA_FLAGS`` environment
-variable only, read once when JAX starts its CPU backend, and it applies to every program of the
-process: `use_loop_kernels` sets it when called first; the command line does so. Or set it
-before Python starts::
+turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for any
+of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
+(`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
+of 42 ms, 1.85 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md and its
+previous run). The costs: LLVM compiles a one-kernel loop more slowly (that simulation 11.1 instead
+of 8.2 s), and the batched recursive method on the 64-loop MJCF chain ladder asked for a 71 GB
+buffer and failed, where it had run without the limit. XLA takes the limit from the ``XLA_FLAGS``
+environment variable only, read once when JAX starts its CPU backend, and it applies to every
+program of the process: `use_loop_kernels` sets it when called first; the command line does so. Or
+set it before Python starts::
 
     XLA_FLAGS="--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=10000000
     --xla_cpu_experimental_ynn_fusion_type="
