@@ -70,8 +70,12 @@ def test_cholesky_and_solves_match_lapack(n):
         )
 
 
-def test_cholesky_of_an_indefinite_matrix_is_not_finite():
-    assert not np.all(np.isfinite(dense.cholesky(jnp.asarray([[1.0, 2.0], [2.0, 1.0]]))))
+@pytest.mark.parametrize("n", [2, dense.UNROLL + 1])
+def test_cholesky_of_an_indefinite_matrix_is_not_finite(n):
+    a = np.eye(n)
+    a[0, 1] = a[1, 0] = 2.0
+    factor = np.asarray(dense.cholesky(jnp.asarray(a)))
+    assert not np.all(np.isfinite(np.diagonal(factor)))
 
 
 def test_pinv_derivative():
@@ -152,7 +156,7 @@ def test_batched_large_matrices_go_to_lapack_one_matrix_per_call():
         assert _relative(ours, theirs) < 1e-12
 
 
-N = dense.UNROLL + 4  # the LAPACK path
+N = dense.UNROLL + 4  # the looped (Cholesky) and LAPACK (LU, SVD) paths
 LAPACK_CALL = re.compile(r"custom_call @(\w*lapack\w*)\(.*:\s*\((.*?)\)\s*->")
 
 
@@ -209,6 +213,18 @@ def test_derivative_programs_make_no_batched_lapack_call(path):
     for program, args in _derivative_programs(*LAPACK_PATHS[path]):
         calls = _lapack_operand_ranks(program, args)
         assert calls and all(max(ranks) <= 2 for _, ranks in calls), calls
+
+
+def test_one_large_cholesky_makes_no_lapack_call():
+    """Above `dense.UNROLL`, one matrix's Cholesky factor and solves are XLA loops, in its
+    derivative programs of one tangent too: no LAPACK call (so a loop around them compiles into
+    one kernel); under vmap, ``jacfwd``'s included, they are LAPACK's (above)."""
+    f = lambda a: jnp.sum(dense.cho_solve(dense.cholesky(_spd(a)), a) ** 2)
+    a = jnp.ones((N, N)) + jnp.eye(N)
+    for program in (f, jax.grad(f), lambda a: jax.jvp(f, (a,), (a,))):
+        assert _lapack_operand_ranks(program, a) == []
+    assert _lapack_operand_ranks(jax.vmap(f), a[None])
+    assert _lapack_operand_ranks(jax.jacfwd(f), a)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
