@@ -109,10 +109,12 @@ class PinocchioSolver:
 
 
 def random_states(mech, batch, seed):
-    """``batch`` assembled states near ``q0`` (the independent coordinates held, the others closed
-    by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`, random torques;
-    and how many of the guesses closed (the others are replaced by ones that did). The states
-    every peer of `closed_loop.py` is timed on."""
+    """``batch`` assembled, regular states near ``q0`` (the independent coordinates held, the
+    others closed by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`,
+    random torques; and how many of the guesses were kept. A guess is dropped when it did not
+    close or when loopdyn's KKT solve (``"system"``) flags its loop constraints singular (a dead
+    centre: there the accelerations are not unique, so no two solvers need agree); the kept
+    states are repeated in their place. The states every peer of `closed_loop.py` is timed on."""
     import jax
     import jax.numpy as jnp
 
@@ -122,16 +124,17 @@ def random_states(mech, batch, seed):
     n, fixed = mech.num_bodies, forward.independent_coordinates(mech)
     guess = mech.q0 + 0.1 * rng.normal(size=(batch, n))
     assembled = jax.jit(jax.vmap(lambda q: kinematics.try_assemble(mech, q, fixed=fixed)))(guess)
-    ok = np.asarray(assembled.converged)
-    if not ok.all():  # replace the few that did not close by ones that did
-        good = np.flatnonzero(ok)
-        assembled = assembled._replace(q=assembled.q[good[np.arange(batch) % good.size]])
     q = assembled.q
     qd = jax.jit(jax.vmap(lambda q, v: kinematics.project_velocity(mech, q, v)))(
         q, jnp.asarray(rng.normal(size=(batch, n)))
     )
     tau = jnp.asarray(rng.normal(size=(batch, n)))
-    return q, qd, tau, int(ok.sum())
+    singular = jax.jit(jax.vmap(lambda *x: forward.solve(mech, *x, method="system").singular))
+    ok = np.asarray(assembled.converged) & ~np.asarray(singular(q, qd, tau))
+    if not ok.any():
+        raise RuntimeError(f"random_states: none of {batch} guesses closed to a regular state")
+    keep = np.flatnonzero(ok)[np.arange(batch) % int(ok.sum())]
+    return q[keep], qd[keep], tau[keep], int(ok.sum())
 
 
 def _pose_xml(rotation, position):

@@ -414,11 +414,11 @@ def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
     over the same states. ``given_up``: methods whose batched run failed at a smaller k (not
     tried again at larger k)."""
     mech, problem = ladder_problem(layout, k)
-    q, qd, tau, _ = random_states(mech, batch, seed=k)
+    q, qd, tau, kept = random_states(mech, batch, seed=k)
     states = [np.asarray(x) for x in (q, qd, tau)]
     one = tuple(x[0] for x in states)
     row = {"layout": layout, "k": k, "n": mech.num_bodies, "m": mech.topology.num_rows}
-    row["batch"] = batch
+    row["batch"], row["kept"] = batch, kept
     # the compiled peer first: its accelerations are what every other column is checked against
     row["cpp_constraintDynamics"], theirs = cpp_column(problem, mech, states, None, repeats)
     with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks" / "build") as folder:
@@ -900,7 +900,8 @@ def markdown(raw):
         "`loopdyn.compilation.jit` call through Python incl. dispatch (XLA options of "
         "`loopdyn.compilation.OPTIONS`); *batched*: `loopdyn.compilation.jit(vmap(f))` over "
         f"B = {raw['batch']} random assembled states (independent coordinates held, velocities "
-        "by `project_velocity`, random torques), time per state. Pinocchio: per call through "
+        "by `project_velocity`, random torques; guesses that did not close, or that loopdyn's "
+        "KKT solve flags singular, replaced by repeats of the others), time per state. Pinocchio: per call through "
         "Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10; planar "
         "hinges as `RZ` joints); *C++*: the same `constraintDynamics` compiled "
         f"(`benchmarks/cpp/pinocchio_peer.cpp`, header-only, `{raw['cpp']['flags']}`, built in "
