@@ -112,9 +112,9 @@ def random_states(mech, batch, seed):
     """``batch`` assembled, regular states near ``q0`` (the independent coordinates held, the
     others closed by `kinematics.try_assemble`), velocities by `kinematics.project_velocity`,
     random torques; and how many of the guesses were kept. A guess is dropped when it did not
-    close or when loopdyn's KKT solve (``"system"``) flags its loop constraints singular (a dead
-    centre: there the accelerations are not unique, so no two solvers need agree); the kept
-    states are repeated in their place. The states every peer of `closed_loop.py` is timed on."""
+    close or when loopdyn's default method flags its loop constraints singular (a dead centre:
+    there the accelerations need not be unique, so no two solvers need agree); the kept states
+    are repeated in their place. The states every peer of `closed_loop.py` is timed on."""
     import jax
     import jax.numpy as jnp
 
@@ -129,7 +129,7 @@ def random_states(mech, batch, seed):
         q, jnp.asarray(rng.normal(size=(batch, n)))
     )
     tau = jnp.asarray(rng.normal(size=(batch, n)))
-    singular = jax.jit(jax.vmap(lambda *x: forward.solve(mech, *x, method="system").singular))
+    singular = jax.jit(jax.vmap(lambda *x: forward.solve(mech, *x).singular))
     ok = np.asarray(assembled.converged) & ~np.asarray(singular(q, qd, tau))
     if not ok.any():
         raise RuntimeError(f"random_states: none of {batch} guesses closed to a regular state")

@@ -62,7 +62,7 @@ from tree_dynamics import machine as tree_machine
 PEER = [None, None]
 METHODS = forward.GENERAL_METHODS  # system, slm, sslm, embedding
 LADDER_METHODS = ("system", "slm", "sslm", "recursive")  # recursive: where the layout allows
-# Rows known to fail, not tried again: (layout, k, method) -> why.
+# Methods known to fail in a row, neither single nor batched tried: (layout, k, method) -> why.
 NOT_TRIED = {
     ("chain", 64, "sslm"): "aborted in both earlier runs (LLVM could not allocate section memory: "
     "the process ran out of memory mappings), after 15-18 min each"
@@ -901,8 +901,8 @@ def markdown(raw):
         "`loopdyn.compilation.OPTIONS`); *batched*: `loopdyn.compilation.jit(vmap(f))` over "
         f"B = {raw['batch']} random assembled states (independent coordinates held, velocities "
         "by `project_velocity`, random torques; guesses that did not close, or that loopdyn's "
-        "KKT solve flags singular, replaced by repeats of the others), time per state. Pinocchio: per call through "
-        "Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10; planar "
+        "default method flags singular, replaced by repeats of the others), time per state. "
+        "Pinocchio: per call through Python over 1000 different states (proximal settings accuracy 1e-12, mu 1e-10; planar "
         "hinges as `RZ` joints); *C++*: the same `constraintDynamics` compiled "
         f"(`benchmarks/cpp/pinocchio_peer.cpp`, header-only, `{raw['cpp']['flags']}`, built in "
         + (
@@ -1342,13 +1342,18 @@ def main():
         linear = recursive.supported(ladder_problem(layout, 2)[0])
         rows = []
         for k in ks:
-            given_up.update(
-                {m: why for (lay, kk, m), why in NOT_TRIED.items() if (lay, kk) == (layout, k)}
+            skipped = {
+                m: why for (lay, kk, m), why in NOT_TRIED.items() if (lay, kk) == (layout, k)
+            }
+            raw.setdefault("ladder_failures", []).extend(
+                f"{layout} k = {k} ({m}): not tried, {why}" for m, why in skipped.items()
             )
             methods = [
                 m
                 for m in LADDER_METHODS
-                if (k <= k_cap or m in ("sslm", "recursive")) and (linear or m != "recursive")
+                if (k <= k_cap or m in ("sslm", "recursive"))
+                and (linear or m != "recursive")
+                and m not in skipped
             ]
             rows.append(
                 ladder_row(
