@@ -32,3 +32,18 @@ def test_chunks_with_padding_equal_single_states(monkeypatch):
     one = jax.jit(jax.grad(lambda q, qd, tau: jnp.sum(qdd(q, qd, tau) ** 2), argnums=2))
     for k in range(5):
         np.testing.assert_allclose(grad[k], one(q[k], qd[k], tau[k]), rtol=0, atol=1e-10)
+
+
+def test_bigger_states_take_smaller_chunks():
+    """`chunking.CHUNK_BYTES` of per-state inputs per chunk, between `MIN_CHUNK` and `CHUNK`
+    states: the 16-loop ladder's 33 coordinates (q, qd, tau: 792 bytes a state) take chunks of
+    31, so 256 states make 9 chunks; the four-bar's take the full 128."""
+    assert chunking.chunks(4096) == (128, 32)
+    assert chunking.chunks(4096, 72) == (128, 32)
+    assert chunking.chunks(4096, 792) == (31, 133)
+    assert chunking.chunks(4096, 10**6) == (chunking.MIN_CHUNK, 256)
+    assert chunking.chunks(20, 10**6) == (16, 2)
+    mech = mechanisms.ladder(16)
+    states = jnp.zeros((256, mech.nv))
+    solve = jax.vmap(lambda q, qd, tau: forward.solve(mech, q, qd, tau, method="sslm").qdd)
+    assert "length=9" in str(jax.make_jaxpr(solve)(states + mech.q0, states, states))

@@ -1,5 +1,6 @@
 """Batches in cache-sized chunks: a function written for one state that, under ``jax.vmap``, runs
-as a ``lax.map`` over chunks of `CHUNK` states, each chunk ``vmap``-ped.
+as a ``lax.map`` over chunks of at most `CHUNK` states (fewer for big states: `chunks`), each
+chunk ``vmap``-ped.
 
 ``vmap`` of a whole closed-loop solve over B states makes every intermediate array B states long;
 at B = 4096 they no longer fit in cache, and each of the program's many small operations streams
@@ -13,12 +14,20 @@ longer per state in chunks: experiments/chunked_batches_gpu.md), so there ``vmap
 import jax
 import jax.numpy as jnp
 
-CHUNK = 128  # states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
+CHUNK = 128  # most states per chunk of a batch (measured best of 32-256 on a 2-core EPYC)
+MIN_CHUNK = 16
+# Bytes of one chunk's per-state inputs: bigger mechanisms take smaller chunks, so that their
+# intermediates (hundreds of times the inputs) stay in cache too (experiments/chunked_batches.md:
+# the 8-, 16- and 32-loop ladders in chunks of 60, 31 and 16 states rather than 128).
+CHUNK_BYTES = 24_576
 
 
-def chunks(axis_size: int) -> tuple[int, int]:
-    """``(chunk, count)``: the chunk size for a batch of ``axis_size`` states and how many."""
-    chunk = min(axis_size, CHUNK)
+def chunks(axis_size: int, state_bytes: int = 0) -> tuple[int, int]:
+    """``(chunk, count)``: the chunk size for a batch of ``axis_size`` states whose per-state
+    inputs take ``state_bytes`` (`CHUNK` states, fewer for large states, at least `MIN_CHUNK`),
+    and how many chunks."""
+    fit = CHUNK_BYTES // state_bytes if state_bytes else CHUNK
+    chunk = min(axis_size, CHUNK, max(MIN_CHUNK, fit))
     return chunk, -(-axis_size // chunk)
 
 
@@ -47,7 +56,12 @@ def chunked(fn):
             axes = jax.tree.map(lambda b: 0 if b else None, batched)
             out = jax.vmap(fn, in_axes=(axes,))(args)
             return out, jax.tree.map(lambda _: True, out)
-        chunk, count = chunks(axis_size)
+        leaves, tree = jax.tree.flatten(args)
+        flags = jax.tree.leaves(batched)
+        state_bytes = sum(
+            x.size // axis_size * x.dtype.itemsize for x, b in zip(leaves, flags) if b
+        )
+        chunk, count = chunks(axis_size, state_bytes)
 
         def split(x, b):  # (B, ...) -> (count, chunk, ...); shared arrays stay whole
             if not b:
@@ -55,8 +69,6 @@ def chunked(fn):
             x = jnp.concatenate([x, jnp.repeat(x[-1:], count * chunk - axis_size, axis=0)])
             return x.reshape((count, chunk) + x.shape[1:])
 
-        leaves, tree = jax.tree.flatten(args)
-        flags = jax.tree.leaves(batched)
         mapped_leaves = [split(x, b) for x, b in zip(leaves, flags) if b]
 
         def one_chunk(own):

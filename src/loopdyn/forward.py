@@ -550,7 +550,7 @@ def solve(
     """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
     Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``;
     ``ctrl`` drives the control actuators (`actuators.actuator_forces`). Under ``vmap`` on the
-    CPU it runs in chunks of `chunking.CHUNK` states (`chunking.chunked`)."""
+    CPU it runs in chunks of `chunking.chunks` states (`chunking.chunked`)."""
     # traced arrays through the chunking (they may be batched); concrete ones stay constants
     arrays, static = eqx.partition(mech, lambda x: isinstance(x, jax.core.Tracer))
     if baumgarte is not None:

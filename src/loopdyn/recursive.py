@@ -68,7 +68,7 @@ structure (the chain ladder: depth 0, a scan over the couplers 1..k - 1, depth k
 rockers as one group of leaves; about 3,900 lowered ops at any k) but does with depths that do
 not repeat one by one (`mechanisms.ladder`, whose depths alternate two kinds, is unrolled). The
 passes are written per state; under ``vmap`` `loopdyn.forward.solve` runs the whole solve in
-chunks of `chunking.CHUNK` states.
+chunks of `chunking.chunks` states.
 """
 
 from __future__ import annotations

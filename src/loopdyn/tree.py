@@ -18,7 +18,7 @@ external wrenches ``f_ext`` (body coordinates, at the body frame origin) ``(n, d
 ``(..., n, d)``, ``d = mech.dim``; outputs carry the same leading batch axes. Inside, every array
 is laid out ``(body, components..., batch)``: the batch is the trailing, contiguous axis, so each
 small-matrix operation is an elementwise loop over states that XLA vectorises. Large batches run
-in chunks of `chunking.CHUNK` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
+in chunks of `chunking.chunks` states (a ``lax.map``), so each chunk's arrays stay in cache. Planar
 mechanisms use planar 3-vector algebra throughout. Under ``jax.vmap`` (over states, the mechanism,
 or both) a ``custom_vmap`` rule folds the mapped axis into this native batch, so ``vmap`` costs
 what a native batch costs. The public functions are jitted (`compilation.jit`): compiled once
@@ -591,20 +591,25 @@ def _vmappable(core, with_f_ext, base):
 
 def _native(core, with_f_ext, base, params, arrays):
     """``core`` over states ``arrays`` ``(*batch, ...)``, ``(*batch, n)`` first, with ``params``
-    leaves shared (of ndim ``base``) or per state (``(*batch, ...)``). Runs in chunks of `chunking.CHUNK`
-    states laid out ``(n, ..., chunk)`` (a ``lax.map`` when there are several: each chunk's
-    arrays stay in cache)."""
+    leaves shared (of ndim ``base``) or per state (``(*batch, ...)``). Runs in chunks of
+    `chunking.chunks` states laid out ``(n, ..., chunk)`` (a ``lax.map`` when there are several:
+    each chunk's arrays stay in cache)."""
     batch = arrays[0].shape[:-1]
     size = int(np.prod(batch, dtype=int))
-    chunk, count = chunking.chunks(size)
+    leaves, tree = jax.tree.flatten(params)
+    per_state = [x.ndim > d for x, d in zip(leaves, base)]
+    state_bytes = sum(
+        x.size // size * x.dtype.itemsize
+        for x, p in zip([*leaves, *arrays], [*per_state, *[True] * len(arrays)])
+        if p
+    )
+    chunk, count = chunking.chunks(size, state_bytes)
 
     def split(x):  # (*batch, ...) -> (count, ..., chunk), padded with the last state
         x = x.reshape((size,) + x.shape[len(batch) :])
         x = jnp.concatenate([x, jnp.repeat(x[-1:], count * chunk - size, axis=0)])
         return jnp.moveaxis(x.reshape((count, chunk) + x.shape[1:]), 1, -1)
 
-    leaves, tree = jax.tree.flatten(params)
-    per_state = [x.ndim > d for x, d in zip(leaves, base)]
     shared = [None if p else x[..., None] for x, p in zip(leaves, per_state)]
 
     def run(args):
