@@ -516,33 +516,18 @@ def free_coordinates(mech: Mechanism, fixed=()) -> tuple[int, ...]:
     return tuple(k for k in range(mech.num_bodies) if k not in held)
 
 
-DAMPING = 1e-14  # of the mean squared row norm of J: the Newton steps' Levenberg-Marquardt term
-
-
-def _newton_step(jac, phi):
-    """The minimum-norm least-squares step ``-J^+ phi`` in Levenberg-Marquardt's form with a
-    vanishing damping, ``-J^T (J J^T + mu I)^-1 phi``: one Cholesky factor of ``J J^T`` (m x m)
-    instead of an SVD of ``J``. Rows redundant with others add nothing (for ``u`` in the null
-    space of ``J^T``, ``J^T u = 0``); near a dead centre ``mu`` bounds the step."""
-    gram = jac @ jac.T
-    scale = jnp.trace(gram) / max(gram.shape[0], 1) + jnp.finfo(gram.dtype).tiny
-    damped = gram + DAMPING * scale * jnp.eye(gram.shape[0], dtype=gram.dtype)
-    return -jac.T @ dense.cho_solve(dense.cholesky(damped), phi)
-
-
 def _newton(mech, q, free, tol, max_iter):
     """Gauss-Newton on ``Phi(q) = 0`` over the free coordinates: minimum-norm least-squares steps
-    (`_newton_step`; redundant rows are harmless) with a backtracking (Armijo) line search on
-    ``|Phi|``; stops at ``|Phi| <= tol``, after ``max_iter`` steps, or when no step length
-    decreases ``|Phi|``. Phi is traced twice only (start and line search), to keep the compiled
-    program small. Steps are velocities (``nv``), taken on the configuration manifold
-    (`configuration.integrate`)."""
+    (redundant rows are harmless) with a backtracking (Armijo) line search on ``|Phi|``; stops at
+    ``|Phi| <= tol``, after ``max_iter`` steps, or when no step length decreases ``|Phi|``. Phi is
+    traced twice only (start and line search), to keep the compiled program small. Steps are
+    velocities (``nv``), taken on the configuration manifold (`configuration.integrate`)."""
     select = np.eye(mech.nv)[:, list(free)]
 
     def step(state):
         q, phi, k, _ = state
         r = jnp.linalg.norm(phi)
-        dq = select @ _newton_step(loop_jacobian(mech, q) @ select, phi)
+        dq = select @ -dense.lstsq(loop_jacobian(mech, q) @ select, phi)
 
         def too_long(search):
             alpha, phi_new = search
