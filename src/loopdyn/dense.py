@@ -1,4 +1,4 @@
-"""Small dense linear algebra unrolled at trace time, without LAPACK calls.
+"""Small dense linear algebra without LAPACK calls for small matrices (unrolled at trace time).
 
 The closed-loop methods solve many tiny systems (loop Jacobians of a few rows, subsystem inertia
 blocks). Under ``vmap`` jaxlib turns ``jnp.linalg`` calls into one LAPACK call per matrix, run by a
