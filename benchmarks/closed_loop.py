@@ -1037,9 +1037,12 @@ def markdown(raw):
         f"{raw['ladder_timeout_s']:.0f} s (a hang or an abort fails that row only; a method that "
         "failed is not tried at larger k); *C++ cD*: Pinocchio's `constraintDynamics` compiled, "
         "over the same states, per state; *pin*: per call from Python. Every loopdyn column is "
-        "checked against the C++ accelerations (worst relative difference in the last column; "
+        "checked against the C++ accelerations (worst relative difference, *rel. diff vs C++*; "
         "Pinocchio's Python `lcaba` is left out of it: its proximal loop stops at ~1e-5 "
-        "relative here, as in section 1). " + raw["ladder_note"],
+        "relative here, as in section 1). *kept*: how many of the B random guesses closed and "
+        "are regular (the default method flags none singular: at a dead centre the "
+        "accelerations need not be unique); the others are replaced by repeats of these. "
+        + raw["ladder_note"],
     ]
     names = " / ".join(LADDER_NAMES[m] for m in LADDER_METHODS)
     for layout in LAYOUTS:
@@ -1062,10 +1065,10 @@ def markdown(raw):
             f"| k | n | {' | '.join(f'{LADDER_NAMES[m]} µs' for m in LADDER_METHODS)} "
             f"| SLM / SSLM | batched {names} µs/state | C++ cD µs/state | C++ cD / best batched "
             f"| pin cD µs | pin lcaba µs | compile {names} s (single; batched) "
-            f"| HLO ops {names} | rel. diff vs C++ |",
+            f"| HLO ops {names} | rel. diff vs C++ | kept |",
             "|---:|---:|"
             + "---:|" * len(LADDER_METHODS)
-            + "---:|---|---:|---:|---:|---:|---|---|---:|",
+            + "---:|---|---:|---:|---:|---:|---|---|---:|---:|",
         ]
         for r in rows:
             get = lambda m, f: r[m][f] if m in r else None
@@ -1090,7 +1093,8 @@ def markdown(raw):
                 f"| {ratio} | {' / '.join(cell(m) for m in LADDER_METHODS)} "
                 f"| {us(cpp)} | {f'{cpp / best:.2f}' if best else '-'} "
                 f"| {us(r['pin_constraintDynamics']['per_call_s'])} "
-                f"| {us(r['pin_lcaba']['per_call_s'])} | {comp} | {ops} | {max(diffs):.1e} |"
+                f"| {us(r['pin_lcaba']['per_call_s'])} | {comp} | {ops} | {max(diffs):.1e} "
+                f"| {r.get('kept', '-')} |"
             )
         failures = [
             f"k = {r['k']} {m}: {r[m]['batched']['error']}"
