@@ -87,8 +87,8 @@ def main():
                 lambda *x, m=mech, k=method: forward._solve(m, *x, None, None, None, k, ()).qdd
             )
         )
-        state_bytes = sum(x.shape[-1] * x.dtype.itemsize for x in (q, qd, tau))
-        row = {"method": method, "chunk": chunking.chunks(B, state_bytes)[0]}
+        chunk = chunking.chunks(B, chunking.state_bytes((q, qd, tau), B))[0]
+        row = {"method": method, "chunk": chunk}
         row["whole"], a = measure(whole, q, qd, tau)
         row["chunked"], b = measure(_chunked(mech, method), q, qd, tau)
         # chunks of CHUNK, decided at trace time: JAX's caches cleared so that `forward.solve`

@@ -22,6 +22,11 @@ MIN_CHUNK = 16
 CHUNK_BYTES = 24_576
 
 
+def state_bytes(arrays, axis_size: int) -> int:
+    """Bytes of one state's share of ``arrays``, each holding ``axis_size`` states."""
+    return sum(x.size // axis_size * x.dtype.itemsize for x in arrays)
+
+
 def chunks(axis_size: int, state_bytes: int = 0) -> tuple[int, int]:
     """``(chunk, count)``: the chunk size for a batch of ``axis_size`` states whose per-state
     inputs take ``state_bytes`` (`CHUNK` states, fewer for large states, at least `MIN_CHUNK`),
@@ -58,10 +63,8 @@ def chunked(fn):
             return out, jax.tree.map(lambda _: True, out)
         leaves, tree = jax.tree.flatten(args)
         flags = jax.tree.leaves(batched)
-        state_bytes = sum(
-            x.size // axis_size * x.dtype.itemsize for x, b in zip(leaves, flags) if b
-        )
-        chunk, count = chunks(axis_size, state_bytes)
+        per_state = [x for x, b in zip(leaves, flags) if b]
+        chunk, count = chunks(axis_size, state_bytes(per_state, axis_size))
 
         def split(x, b):  # (B, ...) -> (count, chunk, ...); shared arrays stay whole
             if not b:

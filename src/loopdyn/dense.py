@@ -170,12 +170,15 @@ _potrf = _by_batch(
         lax.linalg.cholesky(a, symmetrize_input=False) if lapack else _cholesky_loop(a)
     )
 )
-_cho_solve = _by_batch(
-    lambda l, b, lapack: _triangular(lapack)(
-        l, _triangular(lapack)(l, b, True), True, transpose=True
-    ),
-    columns=True,
-)
+
+
+def _cho(l, b, lapack):
+    """``(L L^T)^-1 b`` for the lower triangle ``L`` of ``l``, ``b`` a matrix."""
+    solve = functools.partial(_triangular(lapack), l, lower=True)
+    return solve(solve(b), transpose=True)
+
+
+_cho_solve = _by_batch(_cho, columns=True)
 _sandwiches = tuple(
     _by_batch(functools.partial(_sandwich, transpose=transpose)) for transpose in (False, True)
 )

@@ -598,12 +598,8 @@ def _native(core, with_f_ext, base, params, arrays):
     size = int(np.prod(batch, dtype=int))
     leaves, tree = jax.tree.flatten(params)
     per_state = [x.ndim > d for x, d in zip(leaves, base)]
-    state_bytes = sum(
-        x.size // size * x.dtype.itemsize
-        for x, p in zip([*leaves, *arrays], [*per_state, *[True] * len(arrays)])
-        if p
-    )
-    chunk, count = chunking.chunks(size, state_bytes)
+    own = [x for x, p in zip(leaves, per_state) if p]
+    chunk, count = chunking.chunks(size, chunking.state_bytes([*own, *arrays], size))
 
     def split(x):  # (*batch, ...) -> (count, ..., chunk), padded with the last state
         x = x.reshape((size,) + x.shape[len(batch) :])
