@@ -2,7 +2,7 @@
 benchmarks/pinocchio_cpp.py): its ``constraintDynamics`` accelerations equal the Python
 binding's and loopdyn's on the four-bar and the 3-RRR at varied assembled states, its
 Dormand-Prince run keeps the loops closed, and the MJCF ladder of the benchmark loads alike in
-loopdyn and Pinocchio. The first run builds the program (about a minute, cached in
+loopdyn and Pinocchio. The first run builds the program unoptimised (TEST_FLAGS; cached in
 benchmarks/build/)."""
 
 import shutil
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to b
 def peer_binary():
     import pinocchio_cpp
 
-    return pinocchio_cpp.build()[0]
+    return pinocchio_cpp.build(flags=pinocchio_cpp.TEST_FLAGS)[0]
 
 
 @pytest.mark.parametrize("name", ["four_bar", "three_rrr"])
