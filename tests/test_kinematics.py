@@ -464,12 +464,17 @@ def test_fixed_coordinates_are_checked():
 
 def test_a_weld_closed_at_a_half_turn_is_refused():
     """The planar weld's angle row, the sine of the turn between its frames, vanishes at a half
-    turn too: `locked_turns` measures the turn, `try_assemble` flags it, and `assemble` and
-    `simulate` name the weld instead of taking the state as closed."""
+    turn too. Newton's steps measure the turn by its Gibbs vector instead (`K._closure`), so from
+    a guess turned a half turn assembly reaches the aligned frames; a state the angle row takes
+    as closed at a half turn is measured by `locked_turns`, flagged by `try_assemble` (the Gibbs
+    row has its pole there: no step), and refused by `assemble` and `simulate`, naming the weld."""
     mech = MECHANISMS["weld"]
     closed = K.assemble(mech, jnp.array(GUESS["weld"]), fixed=(0,))
     assert float(K.locked_turns(mech, closed)[0]) < 1e-7
-    flipped = jnp.array(GUESS["weld"]) + jnp.array([0.0, 0.0, 0.0, np.pi])
+    turned = K.assemble(mech, jnp.array(GUESS["weld"]) + jnp.array([0.0, 0.0, 0.0, np.pi]), (0,))
+    assert float(K.locked_turns(mech, turned)[0]) < 1e-7
+    np.testing.assert_allclose(turned, closed + jnp.array([0.0, 0.0, 0.0, 2 * np.pi]), atol=1e-12)
+    flipped = closed + jnp.array([0.0, 0.0, 0.0, np.pi])
     result = K.try_assemble(mech, flipped, fixed=(0,))
     assert float(result.residual) <= 1e-12 and not bool(result.converged)
     np.testing.assert_allclose(K.locked_turns(mech, result.q), [np.pi], atol=1e-7)
