@@ -287,6 +287,32 @@ def test_library_jacobian_and_bias_are_derivatives(name):
     assert_derivatives(q, qd, terms, references, alone)
 
 
+@pytest.mark.parametrize("name", ["weld", "all_cuts"])
+def test_assembly_rows_and_their_jacobian(name):
+    """`K._closure`, the rows assembly's Newton steps use (locked turns by the Gibbs vector):
+    its J is its derivative (forward mode, on the configuration manifold) far from closure, up
+    to turns near a half turn; its other rows are the loop residual's; at a closed
+    configuration its rows and J are the loop residual's and J."""
+    mech = MECHANISMS[name]
+    rng = np.random.default_rng(5)
+    locked = np.asarray(K._locked_rows(mech))
+    assert locked.sum() == (1 if mech.planar else 6)  # the weld's (and the prismatic joint's)
+    for scale in (0.5, 1.5):
+        q = mech.q0 + scale * jnp.asarray(rng.normal(size=mech.nq))
+        phi, jac = K._closure(mech, q, jacobian=True)
+        moved = lambda v, q=q: K._closure(mech, K.configuration.integrate(mech, q, v))
+        reference = jax.jacfwd(moved)(jnp.zeros(mech.nv))  # ~1e3 near a half turn (the pole)
+        assert np.abs(jac - reference).max() <= 1e-12 * np.abs(reference).max()  # 2e-13 seen
+        np.testing.assert_allclose(phi[~locked], residual(mech, q)[~locked], rtol=0, atol=1e-15)
+        assert np.abs(phi[locked]).max() > 0.1
+    if name not in GUESS:  # all_cuts' random geometry does not close
+        return
+    closed = K.assemble(mech, jnp.array(GUESS[name]), fixed=(0,))
+    phi, jac = K._closure(mech, closed, jacobian=True)
+    np.testing.assert_allclose(phi, residual(mech, closed), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(jac, jacobian(mech, closed), rtol=0, atol=1e-14)
+
+
 def test_four_bar_residual_and_poses_match_hand_geometry():
     mech, q = MECHANISMS["four_bar"], jnp.array([0.7, -0.9, 1.6])
     t1, t12, t3 = 0.7, 0.7 - 0.9, 1.6
