@@ -65,12 +65,3 @@ def test_put_is_at_set(shape, index, axis):
 def test_put_refuses_repeated_positions():
     with pytest.raises(ValueError, match="repeated"):
         placement.put(jnp.zeros(4), np.array([1, 1]), jnp.ones(2))
-
-
-def test_to_slots_sums_by_traced_slots_and_drops_the_rest():
-    values = jnp.asarray(RNG.normal(size=(5, 2, 3)))
-    slots = jnp.array([2, 0, 2, 3, 1])  # 3 is outside width 3: dropped
-    expected = jnp.zeros((3, 2, 3)).at[slots].add(values, mode="drop")
-    ours = jax.jit(placement.to_slots, static_argnums=2)(values, slots, 3)
-    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-15)
-    assert _no_scatter(lambda v, s: placement.to_slots(v, s, 3), values, slots)

@@ -193,6 +193,27 @@ QUANTITIES = {
 }
 
 
+def test_level_children_list_every_body_once_under_its_parent():
+    """The passes from the tips sum a level's values into the slots above through
+    `_Levels.children` (a gather, linear in the width): each body with a parent is listed once,
+    under its parent's slot; roots and padding nowhere. A forest of k two-body trees (the
+    ladder's layout: width k) needs one child per slot."""
+    rng = np.random.default_rng(3)
+    forests = [tuple(p for i in range(k) for p in (-1, 2 * i)) for k in (1, 5)]
+    branched = tuple(int(rng.integers(-1, i)) for i in range(30))  # parent < body, -1 a root
+    for parent in [*forests, branched]:
+        levels = tree._levels(parent)
+        width, listed = levels.body.shape[1], []
+        assert np.all(levels.children[0] == width)  # level 0 hands to the ground
+        for level in range(1, len(levels.body)):
+            for above, slots in enumerate(levels.children[level]):
+                for body in levels.body[level, slots[slots < width]]:
+                    assert parent[body] == levels.body[level - 1, above]
+                    listed.append(int(body))
+        assert sorted(listed) == [i for i, p in enumerate(parent) if p >= 0]
+    assert tree._levels(forests[1]).children.shape[1:] == (5, 1)
+
+
 @pytest.mark.parametrize("quantity", sorted(QUANTITIES))
 def test_matches_pinocchio(case, quantity):
     assert_close(case.ours[quantity], case.ref[quantity], 1e-9)

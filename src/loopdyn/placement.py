@@ -5,8 +5,7 @@ backend runs a scatter as a kernel of its own, and a loop whose body holds one c
 into a single kernel (XLA's small-while-loop hoisting skips it). Where the positions are known
 when the program is traced (the topology fixes them), the same update is a gather from the
 values with a zero appended, summed over the few values that land on one position: fusible, and
-scatter-free. `add_at` and `put` do that; `to_slots` is the traced-index counterpart for the
-tree's level passes.
+scatter-free. `add_at` and `put` do that.
 """
 
 import jax.numpy as jnp
@@ -64,11 +63,3 @@ def put(x, index, values, axis=0):
     source[merged] = np.arange(merged.size)
     both = jnp.concatenate([values, flat], axis=axis)
     return jnp.take(both, source, axis=axis).reshape(x.shape)
-
-
-def to_slots(values, slots, width):
-    """Sum of ``values`` ``(k, ...)`` into ``width`` slots by a traced ``slots`` ``(k,)`` (entries
-    outside ``[0, width)`` dropped), as a one-hot product: no scatter."""
-    hit = slots[:, None] == jnp.arange(width)
-    hit = hit.reshape(hit.shape + (1,) * (values.ndim - 1)).astype(values.dtype)
-    return jnp.sum(hit * values[:, None], axis=0)

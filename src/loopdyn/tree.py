@@ -116,13 +116,16 @@ class _Levels(NamedTuple):
     """The tree's levels as ``(L, w)`` slots (``w`` the widest level): ``body`` is the body in
     each slot (``n``, a valid copy of a body, in the padding), ``parent`` the slot of its parent
     in the level above (``w``, the ground, for a root below level 0), ``valid`` marks real
-    bodies, and ``slot`` ``(n,)`` is each body's flat slot ``level * w + column``. A body's level
-    is its depth plus its root's shift (`_shifts`)."""
+    bodies, ``slot`` ``(n,)`` is each body's flat slot ``level * w + column``, and ``children``
+    ``(L, w, c)`` lists for each slot of the level above the slots of its children in this level
+    (``w``, a zero row, where it has fewer than ``c``). A body's level is its depth plus its
+    root's shift (`_shifts`)."""
 
     body: np.ndarray
     parent: np.ndarray
     valid: np.ndarray
     slot: np.ndarray
+    children: np.ndarray
 
 
 def _shifts(parent, depth):
@@ -158,6 +161,7 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
     body = np.full((len(groups), width), n)
     up = np.zeros((len(groups), width), dtype=np.int32)
     slot = np.zeros(n, dtype=np.int64)
+    below = [[[] for _ in range(width)] for _ in groups]  # [level][parent slot] -> child slots
     for level, g in enumerate(groups):
         body[level, : len(g)] = g
         slot[g] = level * width + np.arange(len(g))
@@ -165,7 +169,15 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
             up[level, : len(g)] = [
                 groups[level - 1].index(parent[i]) if parent[i] >= 0 else width for i in g
             ]
-    return _Levels(body, up, body < n, slot)
+            for column, above in enumerate(up[level, : len(g)]):
+                if above < width:
+                    below[level][above].append(column)
+    count = max(len(c) for level in below for c in level)
+    children = np.full((len(groups), width, max(count, 1)), width, dtype=np.int32)
+    for level, slots in enumerate(below):
+        for above, columns in enumerate(slots):
+            children[level, above, : len(columns)] = columns
+    return _Levels(body, up, body < n, slot, children)
 
 
 def _take(tree, index):
@@ -221,22 +233,27 @@ def _up(mech, step, own, inputs):
     outputs ``(n, ...)``."""
     levels = _levels(mech.parent)
     width = levels.body.shape[1]
-    xs = (_by_level(mech, (own, inputs)), jnp.asarray(levels.parent), jnp.asarray(levels.valid))
+    xs = (_by_level(mech, (own, inputs)), jnp.asarray(levels.children))
     _, to_parent = jax.eval_shape(step, *_take(xs[0], 0))
     below = jax.tree.map(lambda v: jnp.zeros(v.shape, v.dtype), to_parent)
 
     def level(below, x):
-        (own, inputs), parents, valid = x
+        (own, inputs), children = x
         out, to_parent = step(jax.tree.map(jnp.add, own, below), inputs)
-        if width > 1:
-            mask = lambda v: jnp.where(valid.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
-            to_parent = jax.tree.map(  # a root's (slot w, the ground) dropped
-                lambda v: placement.to_slots(mask(v), parents, width), to_parent
-            )
+        if width > 1:  # each slot above sums its children's (a root's goes to the ground)
+            to_parent = jax.tree.map(lambda v: _child_sums(v, children), to_parent)
         return to_parent, out
 
     unroll = len(levels.body) <= UNROLL_LEVELS
     return _by_body(mech, jax.lax.scan(level, below, xs, reverse=True, unroll=unroll)[1])
+
+
+def _child_sums(values, children):
+    """``(w, ...)`` sums of the ``values`` ``(w, ...)`` of one level over the rows ``children``
+    ``(w, c)`` (`_Levels`; row ``w`` is zero): a gather, linear in the width (a one-hot product
+    over the slots was quadratic: a forest of k trees)."""
+    padded = jnp.concatenate([values, jnp.zeros_like(values[:1])])
+    return jnp.sum(padded[children], axis=1)
 
 
 def _subtree_sums(mech, x):
