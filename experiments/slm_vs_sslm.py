@@ -32,9 +32,6 @@ import time
 import jax
 
 jax.config.update("jax_enable_x64", True)
-# Compiled programs persist between runs (compile time dominates a first run).
-jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/loopdyn/jax"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 import diffrax
 import equinox as eqx
@@ -42,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import loopdyn
-from loopdyn import forward, kinematics, mechanisms, prescribed
+from loopdyn import compilation, forward, kinematics, mechanisms, prescribed
 from loopdyn.io.files import write_atomic
 
 OUT = pathlib.Path(__file__).parent / "results"
@@ -59,8 +56,8 @@ CASES = {  # t1 (s), tolerance, forced
 SCRAPER_SPEED = 4.7124  # rad/s, seed 000 Table 2
 RRR_AMPLITUDE = (1 / 6, -1 / 6, 1 / 12)  # seed 004 §5.1
 NOTE = (
-    "Shared machine: other jobs ran beside these measurements on its 2 cores, so timings are "
-    "noisy; every number is a median over repeats."
+    "The machine is shared: every number is a median over repeats, and ratios compare within "
+    "one run."
 )
 
 
@@ -259,6 +256,10 @@ def us(seconds):
     return f"{seconds * 1e6:.1f}"
 
 
+def _loads(loads):
+    return "not recorded" if loads is None else ", ".join(f"{x:.2f}" for x in loads)
+
+
 def report(record):
     m = record["machine"]
     lines = [
@@ -266,8 +267,10 @@ def report(record):
         "",
         (
             f"Written by `experiments/slm_vs_sslm.py` on {m['date']}: {m['cpu']}, {m['cores']} "
-            f"cores, JAX {m['jax']} ({m['backend']}), float64. {NOTE} Load average at the start: "
-            f"{', '.join(f'{x:.1f}' for x in m['load_average'])}."
+            f"cores, JAX {m['jax']} ({m['backend']}), float64, XLA_FLAGS "
+            f"`{record['xla_flags'] or '(none)'}` (`loopdyn.compilation.use_loop_kernels`). "
+            f"{NOTE} Load average at the start: {_loads(record['load_average_start'])}; at the "
+            f"end: {_loads(record['load_average_end'])}."
         ),
         "",
         (
@@ -312,10 +315,7 @@ def report(record):
             "(a) free 15 s, tolerances 1e-3; (b) free 5 s, 1e-8; (c) forced 5 s, 1e-8 (inverse-"
             "dynamics torques every 0.01 s, linearly interpolated). Run time is the median of "
             "repeated runs of the compiled program (SLM and SSLM runs alternating); compile "
-            "time is the first call minus that. JAX's persistent compilation cache "
-            "(~/.cache/loopdyn/jax) is on: a compile time of a few seconds means the program came "
-            "from the cache (uncached, these programs took 1.5-4.5 min each to compile on this "
-            "loaded machine)."
+            "time is the first call minus that (no persistent compilation cache)."
         ),
         "",
         (
@@ -419,13 +419,12 @@ def reading(record):
         for cases in record["simulation"].values()
         for row in cases.values()
     ]
+    faster = sum(r > 1 for r in ratios)
     out.append(
         f"- Whole simulations: SLM/SSLM between {min(ratios):.2f} and {max(ratios):.2f} (seed: "
-        "1.01-1.04): here SLM is the faster. The accelerations agree, so the step counts are "
-        "close (equal at 1e-8 on free runs; at 1e-3 rounding differences part the step "
-        "sequences); the difference is the cost of one right-hand side: for 7 coordinates a "
-        "dense Cholesky is cheaper in XLA than SSLM's second articulated-body pass and block "
-        "bookkeeping."
+        f"1.01-1.04); SSLM is the faster in {faster} of {len(ratios)} runs. The accelerations "
+        "agree, so the step counts are close (at 1e-3 rounding differences can part the step "
+        "sequences); the rest is the cost of one right-hand side."
     )
     ks = sorted(int(k) for k in record["ladder"])
     first, last = record["ladder"][str(ks[0])], record["ladder"][str(ks[-1])]
@@ -478,6 +477,8 @@ def main():
         "results (report)",
     )
     args = parser.parse_args()
+    compilation.use_loop_kernels()  # before the first computation (each part's process)
+    started = os.getloadavg() if args.part is None else None
     if args.part != "report":
         for part in PARTS if args.part is None else (args.part,):
             run_part(part, args.quick)
@@ -485,11 +486,14 @@ def main():
             return
     parts = {part: json.loads(_partial(part).read_text()) for part in PARTS}
     record = {"machine": machine(), "batch": 256, "per_call": parts["per_call"]}
+    record["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+    record["load_average_start"] = started  # None: the parts ran in processes of their own
     record["simulation"] = {
         name: parts[f"simulation_{name}"] for name in ("carpet_scraper", "three_rrr")
     }
     record["ladder"] = parts["ladder"]
     record["reading"] = reading(record)
+    record["load_average_end"] = os.getloadavg()
     text = report(record)
     write_results("slm_vs_sslm", record, text, figure(record))
     for part in PARTS:
