@@ -38,13 +38,14 @@ demo: $(DEMO_STAMP)
 # start-up, and files share compiled programs: 4 short files took 8 s together, 17 s apart),
 # JOBS processes at a time (default: one per core). Exit 5 (no test collected) counts as a pass.
 # TESTS picks files (one per process).
-# The longest files start first (seconds in one clean-clone `make test` on the quiet 2-core
-# machine: inverse 104, gradients 96, cpp_peer 81 of which g++ about 50, tree 81), so the last
-# ones to finish are short and the two job slots end together.
+# The longest files start first (seconds in one clean-clone `make test` on the 2-core machine,
+# 2026-11-27: gradients 99, inverse 89, forward 77, cpp_peer 72 (most of it g++),
+# montecarlo 68, recursive 64), so the last ones to finish are short and the two job slots end
+# together.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-LONG := inverse gradients cpp_peer tree simulate forward montecarlo batched_lapack recursive \
-  quaternion_joints mjcf_coverage kinematics inverse_motion sharding fit notebooks_fit actuators \
-  design notebooks cli notebooks_montecarlo inverse_idle fit_cli compile_cache mjcf
+LONG := gradients inverse forward cpp_peer montecarlo recursive batched_lapack quaternion_joints \
+  simulate tree mjcf_coverage kinematics inverse_motion sharding fit notebooks_fit actuators \
+  design notebooks fit_cli notebooks_montecarlo inverse_idle mjcf compile_cache cli
 FIRST := $(LONG:%=tests/test_%.py)
 SHORT := $(filter-out $(FIRST),$(wildcard tests/test_*.py))
 BATCHES = $(if $(TESTS),printf "%s\n" $(TESTS),{ printf "%s\n" $(FIRST); printf "%s\n" $(SHORT) | paste -d" " - - - -; })
