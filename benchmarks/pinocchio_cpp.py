@@ -231,13 +231,14 @@ def loopdyn_qdd(mech, q, qd, tau, method="sslm"):
     return np.asarray(call(q, qd, tau))
 
 
-def python_qdd(problem, q, qd, tau):
-    """The Python binding's ``constraintDynamics`` at the states (same settings)."""
+def python_qdd(problem, q, qd, tau, iterations=MAX_ITER):
+    """The Python binding's ``constraintDynamics`` at the states (same settings; ``iterations``
+    of the proximal solver)."""
     pin, model, constraints = problem
     data = model.createData()
     datas = pin.StdVec_RigidConstraintData([c.createData() for c in constraints])
     pin.initConstraintDynamics(model, data, constraints, datas)
-    settings = pin.ProximalSettings(ACCURACY, MU, MAX_ITER)
+    settings = pin.ProximalSettings(ACCURACY, MU, iterations)
     return np.array(
         [
             pin.constraintDynamics(model, data, *x, constraints, datas, settings).copy()

@@ -22,35 +22,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _peers
-import pinocchio as pin
+import pinocchio_cpp
 
 from loopdyn import forward, kinematics, mechanisms
 from loopdyn.io.files import write_atomic
 
 K, B = 16, 4096
-ACCURACY, MU = 1e-12, 1e-10
 
 
 def relative(a, b):
     return np.max(np.abs(a - b), axis=1) / np.max(np.abs(b), axis=1)
 
 
-def pinocchio_qdd(problem, q, qd, tau, iterations):
-    _, model, constraints = problem
-    data = model.createData()
-    datas = pin.StdVec_RigidConstraintData([c.createData() for c in constraints])
-    pin.initConstraintDynamics(model, data, constraints, datas)
-    settings = pin.ProximalSettings(ACCURACY, MU, iterations)
-    return np.array([
-        pin.constraintDynamics(model, data, *x, constraints, datas, settings).copy()
-        for x in zip(q, qd, tau, strict=True)
-    ])  # fmt: skip
-
-
 def main():
     mech = mechanisms.ladder(K)
-    q, qd, tau, kept = (np.asarray(x) if i < 3 else x for i, x in enumerate(
-        _peers.random_states(mech, B, seed=K)))  # fmt: skip
+    q, qd, tau, kept = _peers.random_states(mech, B, seed=K)
+    q, qd, tau = (np.asarray(x) for x in (q, qd, tau))
     solve = {
         m: jax.jit(jax.vmap(lambda *x, m=m: forward.solve(mech, *x, method=m).qdd))
         for m in ("sslm", "system")
@@ -58,12 +45,14 @@ def main():
     sslm, system = (np.asarray(solve[m](q, qd, tau)) for m in ("sslm", "system"))
     problem = _peers.pinocchio_problem(mech, aligned=True)
     ours = relative(sslm, system)
-    theirs = relative(pinocchio_qdd(problem, q, qd, tau, 100), system)
+    theirs = relative(pinocchio_cpp.python_qdd(problem, q, qd, tau), system)
     worst = np.flatnonzero(theirs > 1e-9)
     fixed = forward.independent_coordinates(mech)
     sigma = [float(kinematics.singular_values(mech, q[i], fixed).min()) for i in worst]
     more = {
-        n: relative(pinocchio_qdd(problem, q[worst], qd[worst], tau[worst], n), system[worst])
+        n: relative(
+            pinocchio_cpp.python_qdd(problem, q[worst], qd[worst], tau[worst], n), system[worst]
+        )
         for n in (100, 10_000, 1_000_000)
     }
     record = {

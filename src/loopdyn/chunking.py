@@ -11,6 +11,7 @@ method per state went from 0.94 to 0.73 µs (four-bar), 3.3 to 1.9 µs (3-RRR), 
 longer per state in chunks: experiments/chunked_batches_gpu.md), so there ``vmap`` stays whole.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -34,6 +35,18 @@ def chunks(axis_size: int, state_bytes: int = 0) -> tuple[int, int]:
     fit = CHUNK_BYTES // state_bytes if state_bytes else CHUNK
     chunk = min(axis_size, CHUNK, max(MIN_CHUNK, fit))
     return chunk, -(-axis_size // chunk)
+
+
+def over_states(fn, mech, *states):
+    """``chunked`` ``fn(mech, *states)`` for one state: the mechanism's traced arrays go through
+    the chunking (they may be batched), its concrete ones stay constants."""
+    arrays, static = eqx.partition(mech, lambda x: isinstance(x, jax.core.Tracer))
+
+    def one(args):
+        arrays, *states = args
+        return fn(eqx.combine(arrays, static), *states)
+
+    return chunked(one)((arrays, *states))
 
 
 def chunked(fn):

@@ -27,9 +27,7 @@ of loopdyn's loops). loopdyn's programs write their static-index updates without
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
 of 42 ms, 1.85 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md and its
 previous run). The costs: LLVM compiles a one-kernel loop more slowly (that simulation 11.1 instead
-of 8.2 s), and in one benchmark run a program of the 64-loop MJCF chain ladder asked XLA for a
-71 GB buffer (compiled alone, that ladder's batched recursive method needs 15 MB with the limit
-or without). XLA takes the limit from the ``XLA_FLAGS``
+of 8.2 s). XLA takes the limit from the ``XLA_FLAGS``
 environment variable only, read once when JAX starts its CPU backend, and it applies to every
 program of the process: `use_loop_kernels` sets it when called first; the command line does so. Or
 set it before Python starts::

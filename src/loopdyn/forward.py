@@ -550,17 +550,13 @@ def solve(
     """The traceable core of `forward_dynamics`: no checks. ``baumgarte = (alpha, beta)`` adds
     Baumgarte's stabilising terms to ``Psi`` (`_psi`); ``independent`` is for ``"embedding"``;
     ``ctrl`` drives the control actuators (`actuators.actuator_forces`). Under ``vmap`` on the
-    CPU it runs in chunks of `chunking.chunks` states (`chunking.chunked`)."""
-    # traced arrays through the chunking (they may be batched); concrete ones stay constants
-    arrays, static = eqx.partition(mech, lambda x: isinstance(x, jax.core.Tracer))
+    CPU it runs in chunks of `chunking.chunks` states (`chunking.over_states`)."""
     if baumgarte is not None:
         baumgarte = tuple(jnp.asarray(x, q.dtype) for x in baumgarte)
-
-    def one(args):
-        arrays, *states = args
-        return _solve(eqx.combine(arrays, static), *states, method, independent)
-
-    return chunking.chunked(one)((arrays, q, qd, tau, f_ext, ctrl, baumgarte))
+    return chunking.over_states(
+        lambda mech, *states: _solve(mech, *states, method, independent),
+        mech, q, qd, tau, f_ext, ctrl, baumgarte,
+    )  # fmt: skip
 
 
 def _solve(mech, q, qd, tau, f_ext, ctrl, baumgarte, method, independent) -> Solution:

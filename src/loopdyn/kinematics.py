@@ -713,19 +713,15 @@ def try_assemble(
     mech: Mechanism, q_guess: Float[Array, " n"], fixed=(), tol: float = 1e-12, max_iter: int = 50
 ) -> Assembly:
     """`assemble` without the error: check ``converged`` yourself (for ``jit``/``vmap`` studies).
-    Under ``vmap`` on the CPU it runs in chunks of states (`chunking.chunked`), each chunk's
-    Newton steps until its own guesses have converged."""
+    Under ``vmap`` on the CPU it runs in chunks of states (`chunking.over_states`), each
+    chunk's Newton steps until its own guesses have converged."""
     free = free_coordinates(mech, fixed)
     q_guess = jnp.asarray(q_guess, mech.q0.dtype)
     if q_guess.shape != (mech.nq,):
         raise ValueError(f"q_guess: expected shape ({mech.nq},), got {q_guess.shape}")
-    arrays, static = eqx.partition(mech, lambda x: isinstance(x, jax.core.Tracer))
-
-    def one(args):
-        arrays, q_guess = args
-        return _assembled(eqx.combine(arrays, static), q_guess, free, tol, max_iter)
-
-    q, residual, aligned = chunking.chunked(one)((arrays, q_guess))
+    q, residual, aligned = chunking.over_states(
+        lambda mech, q_guess: _assembled(mech, q_guess, free, tol, max_iter), mech, q_guess
+    )
     return Assembly(q, residual, (residual <= tol) & aligned)
 
 
@@ -802,19 +798,17 @@ def project_velocity(
 ) -> Float[Array, " n"]:
     """Velocities with ``J qd = 0``: the free ones corrected by the least-squares (minimum-norm)
     change, the ``fixed`` ones (indices or names) kept. Under ``vmap`` on the CPU it runs in
-    chunks of states (`chunking.chunked`): in one ``vmap`` of 4096 states of a 64-loop chain its
-    intermediates took 71 GB."""
+    chunks of states (`chunking.over_states`): in one ``vmap`` of 4096 states of a 64-loop chain
+    its intermediates took 71 GB."""
     free = np.asarray(free_coordinates(mech, fixed))
     if not mech.topology.loops or free.size == 0:
         return qd
-    arrays, static = eqx.partition(mech, lambda x: isinstance(x, jax.core.Tracer))
 
-    def one(args):
-        arrays, q, qd = args
-        jac = loop_jacobian(eqx.combine(arrays, static), q)
+    def one(mech, q, qd):
+        jac = loop_jacobian(mech, q)
         return qd.at[free].add(-dense.pinv(jac[:, free]) @ (jac @ qd))
 
-    return chunking.chunked(one)((arrays, q, qd))
+    return chunking.over_states(one, mech, q, qd)
 
 
 @compilation.jit

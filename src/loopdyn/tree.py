@@ -115,15 +115,14 @@ def _cross_force(planar, t, f):
 class _Levels(NamedTuple):
     """The tree's levels as ``(L, w)`` slots (``w`` the widest level): ``body`` is the body in
     each slot (``n``, a valid copy of a body, in the padding), ``parent`` the slot of its parent
-    in the level above (``w``, the ground, for a root below level 0), ``valid`` marks real
-    bodies, ``slot`` ``(n,)`` is each body's flat slot ``level * w + column``, and ``children``
+    in the level above (``w``, the ground, for a root below level 0), ``slot`` ``(n,)`` is each
+    body's flat slot ``level * w + column``, and ``children``
     ``(L, w, c)`` lists for each slot of the level above the slots of its children in this level
     (``w``, a zero row, where it has fewer than ``c``). A body's level is its depth plus its
     root's shift (`_shifts`)."""
 
     body: np.ndarray
     parent: np.ndarray
-    valid: np.ndarray
     slot: np.ndarray
     children: np.ndarray
 
@@ -177,7 +176,7 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
     for level, slots in enumerate(below):
         for above, columns in enumerate(slots):
             children[level, above, : len(columns)] = columns
-    return _Levels(body, up, body < n, slot, children)
+    return _Levels(body, up, slot, children)
 
 
 def _take(tree, index):
