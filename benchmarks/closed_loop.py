@@ -570,7 +570,7 @@ def bench_simulation(batch, repeats, t1=5.0, tol=1e-6):
     # with the options simulate passes by default (already compiled by the call above).
     adjoint = diffrax.RecursiveCheckpointAdjoint()
     options = simulation._Options(
-        "sslm", "baumgarte", (10.0, 10.0), (), diffrax.Tsit5(), 16_384, adjoint, False, 201
+        "sslm", "baumgarte", (10.0, 10.0), (), diffrax.Tsit5(), 16_384, adjoint, False, 201, False
     )
     tolerances = tuple(jnp.asarray(x, zeros.dtype) for x in (tol, tol, 1e-5 * t1))
     inputs = (jnp.zeros((1, mech.num_bodies)), None)  # (tau samples, ctrl)

@@ -15,7 +15,7 @@ def test_simulate_writes_results_and_figures(tmp_path, capsys):
     out, figure, gif = tmp_path / "run.npz", tmp_path / "run.png", tmp_path / "run.gif"
     cli.main(
         ["simulate", "four_bar", "--t", "0.3", "--saves", "31", "--out", str(out), "--plot",
-         str(figure), "--gif", str(gif)]
+         str(figure), "--gif", str(gif), "--multipliers"]
     )  # fmt: skip
     printed = capsys.readouterr().out
     assert printed.splitlines()[1] == "  compiling ..."  # before the compile, not after it
@@ -23,6 +23,7 @@ def test_simulate_writes_results_and_figures(tmp_path, capsys):
         assert words in printed
     with np.load(out) as data:
         assert data["q"].shape == (31, 3) and int(data["stats_result"]) == simulation.SUCCESS
+        assert data["lam"].shape == (31, 2) and np.all(np.isfinite(data["lam"]))
         assert np.max(data["loop_residual"][:, 0]) < 1e-9
         assert list(data["coordinate_names"]) == ["A", "B", "D"]
         assert json.loads(str(data["units"]))["q"] == ["rad"] * 3

@@ -171,6 +171,11 @@ def main(argv=None):
     )
     cmd.add_argument("--gain", type=float, default=60.0, help="speed controller gain [N m s/rad]")
     cmd.add_argument("--out", type=pathlib.Path, help="results (.npz, written atomically)")
+    cmd.add_argument(
+        "--multipliers",
+        action="store_true",
+        help="also write the multipliers lam (compiles longer)",
+    )
     cmd.add_argument("--plot", type=pathlib.Path, help="figure (.png)")
     cmd.add_argument("--gif", type=pathlib.Path, help="animation (.gif)")
     cli_inverse.add_parser(sub)
@@ -215,6 +220,7 @@ def _dispatch(args):
             stabilization=args.stabilization,
             rtol=args.rtol,
             atol=args.atol,
+            multipliers=args.multipliers,
         )
         write(mech, sim, torque, args.out, args.plot, args.gif, args.mechanism)
         if not sim.succeeded:

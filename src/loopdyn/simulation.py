@@ -81,7 +81,8 @@ class Stats(eqx.Module):
 
 class Simulation(eqx.Module):
     """A trajectory at the save times ``ts``: ``q`` (aligned with ``mech.configuration_names``),
-    ``qd`` (with ``mech.coordinate_names``), the multipliers ``lam`` (loop rows),
+    ``qd`` (with ``mech.coordinate_names``), the multipliers ``lam`` (loop rows; None unless
+    ``simulate(..., multipliers=True)``),
     ``loop_residual`` with columns ``|Phi(q)|`` (position) and ``|J qd|`` (velocity), the total
     mechanical ``energy``, the norm of each quaternion in ``q`` as integrated (never normalised:
     its distance from 1 is the integration's drift; poses use the normalised quaternion) and the
@@ -90,7 +91,7 @@ class Simulation(eqx.Module):
     ts: Float[Array, " T"]
     q: Float[Array, "T nq"]
     qd: Float[Array, "T n"]
-    lam: Float[Array, "T m"]
+    lam: Float[Array, "T m"] | None
     loop_residual: Float[Array, "T 2"]
     energy: Float[Array, " T"]
     quaternion_norm: Float[Array, "T k"]
@@ -252,6 +253,7 @@ class _Options(NamedTuple):
     adjoint: diffrax.AbstractAdjoint
     assemble: bool
     saves: int
+    multipliers: bool
 
 
 class _Start(NamedTuple):
@@ -328,7 +330,9 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     def measured(state):
         t, q, qd = state
         phi, jac, _ = kinematics.loop_terms(mech, q, qd)
-        lam = _accelerations(mech, q, qd, drive(t, q, qd), options).lam
+        lam = None
+        if options.multipliers:  # a second copy of the dynamics in the program
+            lam = _accelerations(mech, q, qd, drive(t, q, qd), options).lam
         scale = 1.0 + jnp.max(jnp.abs(jac), initial=0.0) * jnp.linalg.norm(qd)
         return lam, phi, jac @ qd, scale, energy.total_energy(mech, q, qd)
 
@@ -359,7 +363,8 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         reached,
     )
     norm = configuration.quaternion_norms(mech, q)
-    simulation = Simulation(sol.ts, q, qd, lam[1:], residual, total[1:], norm, stats)
+    lam = None if lam is None else lam[1:]
+    simulation = Simulation(sol.ts, q, qd, lam, residual, total[1:], norm, stats)
     turns, gaps = kinematics.false_closures(mech, q0)
     return simulation, _Start(phi[0], velocity[0], scale[0], assembled, turns, gaps)
 
@@ -386,10 +391,15 @@ def simulate(
     independent: tuple[int, ...] | None = None,
     throw: bool = False,
     adjoint: diffrax.AbstractAdjoint | None = None,
+    multipliers: bool = False,
 ) -> Simulation:
     """Simulate ``mech`` from ``(q0, qd0)`` over ``[0, t1]``: the whole trajectory is one jitted
     program (differentiable; ``vmap``-able) that evaluates the dynamics in one place, the solver's
-    step; the saved states' ``lam``, residuals and energy come from one pass over them after it.
+    step; the saved states' residuals and energy come from one pass over them after it.
+    ``multipliers=True`` computes the multipliers ``lam`` at the saved states in that pass too:
+    a second copy of the dynamics, which XLA compiles again (a 5 s 3-RRR run: 5.7 instead of
+    3.8 s of XLA compilation on the 2-core machine); for a few states, ``forward.solve`` with the
+    same ``method`` and ``baumgarte`` gains gives them.
 
     ``tau``: joint forces, ``None`` (zero), constant ``(n,)``, samples ``(K, n)`` evenly spaced over
     ``[0, t1]`` (linear interpolation) or a function ``tau(t, q, qd)``; ``ctrl``: the control
@@ -465,6 +475,7 @@ def simulate(
         adjoint,
         bool(assemble),
         201,
+        bool(multipliers),
     )
     t1 = jnp.asarray(t1, dtype)
     dt0 = 1e-5 * t1 if dt0 is None else dt0
@@ -575,7 +586,7 @@ def save(path, simulation: Simulation, mech: Mechanism | None = None, **extra):
         "ts": simulation.ts,
         "q": simulation.q,
         "qd": simulation.qd,
-        "lam": simulation.lam,
+        **({} if simulation.lam is None else {"lam": simulation.lam}),
         "loop_residual": simulation.loop_residual,
         "energy": simulation.energy,
         "quaternion_norm": simulation.quaternion_norm,
