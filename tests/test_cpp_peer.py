@@ -2,7 +2,7 @@
 benchmarks/pinocchio_cpp.py): its ``constraintDynamics`` accelerations equal the Python
 binding's and loopdyn's on the four-bar and the 3-RRR at varied assembled states, its
 Dormand-Prince run keeps the loops closed, and the MJCF ladder of the benchmark loads alike in
-loopdyn and Pinocchio. The first run builds the program unoptimised (TEST_FLAGS; cached in
+loopdyn and Pinocchio. The first run builds the program unoptimised, on Pinocchio's library (TEST_FLAGS; cached in
 benchmarks/build/)."""
 
 import shutil
