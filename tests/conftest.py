@@ -1,3 +1,4 @@
+import gc
 import os
 
 import jax
@@ -31,6 +32,12 @@ def pytest_configure(config):
 
 
 jax.config.update("jax_enable_x64", True)
+# Tracing dominates the suite's programs at LLVM level 0 (perf: 54 % of a test process in the
+# Python interpreter, a fifth of that in its cyclic garbage collector, which rescans JAX's and
+# NumPy's long-lived objects). Frozen after the imports, and collected less often: test_tree
+# 60.4 -> 57.2 s, test_forward 63.0 -> 58.5 s (run side by side), the same peak memory.
+gc.freeze()
+gc.set_threshold(50_000, 20, 20)
 # No persistent compilation cache: writing some executables to it crashed the interpreter
 # (abort in compilation_cache.put_executable_and_time, segfault in compile_and_write_cache) when
 # the whole suite ran on a cold cache.
