@@ -266,6 +266,31 @@ def pinocchio_worker(args, queue):
     queue.put(times)
 
 
+def loopdyn_worker(args, queue):
+    """`pinocchio_worker`'s timing of loopdyn: SSLM's accelerations by ``jit(vmap)`` over this
+    worker's share of the states on core ``core`` (one process per core, no host devices)."""
+    name, states, core, barrier, repeats = args
+    os.sched_setaffinity(0, {core})
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from loopdyn import compilation, forward, mechanisms
+
+    mech = getattr(mechanisms, name)()
+    accelerations = lambda q, qd, tau: forward.solve(mech, q, qd, tau, method="sslm").qdd
+    solve = compilation.jit(jax.vmap(accelerations))
+    states = [jax.numpy.asarray(x) for x in states]
+    solve(*states).block_until_ready()  # compile
+    times = []
+    for _ in range(repeats):  # ten calls a repeat: one (2 ms) is short beside the barrier's skew
+        barrier.wait()
+        start = time.perf_counter()
+        for _ in range(10):
+            solve(*states).block_until_ready()
+        times.append((time.perf_counter() - start) / 10)
+    queue.put(times)
+
+
 # --------------------------------------------------------- the ladder drawn the usual MJCF way
 
 
