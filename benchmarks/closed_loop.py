@@ -804,9 +804,9 @@ def peer_targets(raw):
         )
     pm = raw.get("per_machine")
     for name in MECHANISMS if pm else ():
-        times = per_machine_times(pm, name)
+        _, sharded, _, _, _, processes = per_machine_times(pm, name)
         cpp = pm[name]["cpp_constraintDynamics"]["per_state_s"]
-        ways = {"`batch`": times[1], "one process per core": times[5]}
+        ways = {"`batch`": sharded, "one process per core": processes}
         ways = {k: cpp / v for k, v in ways.items() if v}
         best = max(ways.values(), default=None)
         out.append(
