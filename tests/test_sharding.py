@@ -26,12 +26,17 @@ q = np.stack([np.asarray(loopdyn.kinematics.assemble(mech, x)) for x in q])
 qd = rng.normal(size=q.shape)
 tau = rng.normal(size=q.shape)
 axes = (None, 0, 0, 0)
-cases = {"forward": loopdyn.forward_dynamics, "tree": tree.forward_dynamics}
+# one program per function and layout, reused below (each compile costs seconds)
+cases = {
+    name: (fn, sharding.batch(fn, axes), jax.jit(jax.vmap(fn, in_axes=axes)))
+    for name, fn in {"forward": loopdyn.forward_dynamics, "tree": tree.forward_dynamics}.items()
+}
+_, fd, plain_fd = cases["forward"]
 out = {"devices": len(jax.devices())}
-for name, fn in cases.items():
-    two = sharding.batch(fn, axes)(mech, q, qd, tau)
+for name, (fn, batched, plain) in cases.items():
+    two = batched(mech, q, qd, tau)
     one = sharding.batch(fn, axes, devices=jax.devices()[:1])(mech, q, qd, tau)
-    plain = jax.jit(jax.vmap(fn, in_axes=axes))(mech, q, qd, tau)
+    plain = plain(mech, q, qd, tau)
     two, one, plain = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(r)]) for r in (two, one, plain))
     if name == "tree":  # natively batched: each device runs the function on its share
         vec = sharding.batch(fn, axes, vectorized=True)(mech, q, qd, tau)
@@ -39,17 +44,15 @@ for name, fn in cases.items():
     out[name] = [float(np.max(np.abs(two - one))), float(np.max(np.abs(two - plain))),
                  float(np.max(np.abs(plain)))]
 elsewhere = jax.device_put(q, jax.devices()[1])  # committed to one device: copied first
-moved = sharding.batch(loopdyn.forward_dynamics, axes)(mech, elsewhere, qd, tau)
-direct = sharding.batch(loopdyn.forward_dynamics, axes)(mech, q, qd, tau)
+moved = fd(mech, elsewhere, qd, tau)
+direct = fd(mech, q, qd, tau)
 out["committed"] = max(float(np.max(np.abs(a - b))) for a, b in zip(moved, direct))
-# The shared mechanism is copied to the devices once per object: another object is not mistaken
-# for the cached one.
-fd = sharding.batch(loopdyn.forward_dynamics, axes)
+# The shared mechanism is copied to the devices once per object (fd has seen mech): another
+# object is not mistaken for the cached one.
 heavier = eqx.tree_at(lambda m: m.mass, mech, 2.0 * mech.mass + 0.1)
-fd(mech, q, qd, tau)
 again = fd(heavier, q, qd, tau)
-plain = jax.jit(jax.vmap(loopdyn.forward_dynamics, in_axes=axes))(heavier, q, qd, tau)
-first = jax.jit(jax.vmap(loopdyn.forward_dynamics, in_axes=axes))(mech, q, qd, tau)
+plain = plain_fd(heavier, q, qd, tau)
+first = plain_fd(mech, q, qd, tau)
 out["reused"] = max(float(np.max(np.abs(a - b))) for a, b in zip(again, plain))
 out["changed"] = float(np.max(np.abs(plain[0] - first[0])))
 placed = sharding.batch(lambda q: 2.0 * q, 0)(q[:4])
