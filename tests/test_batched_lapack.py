@@ -31,9 +31,11 @@ import loopdyn
 from loopdyn import dense
 """
 
-# Three independent batched factorisations of 40 x 40 matrices in one program, 100 times.
+# Three independent batched factorisations of 40 x 40 matrices in one program, 100 times. B = 64
+# suffices: with plain jnp.linalg under vmap, B = 64 hung 3 runs in 3 beside the busy core with
+# the suite's XLA flags (B = 256 took 4x as long with `dense`).
 DENSE = """
-B, n = 256, 40
+B, n = 64, 40
 a = jax.random.normal(jax.random.PRNGKey(0), (B, n, n))
 a = a @ jnp.swapaxes(a, 1, 2) + n * jnp.eye(n)
 b = jax.random.normal(jax.random.PRNGKey(1), (B, n, n))
