@@ -32,23 +32,25 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	LOOPDYN_CACHE_DIR=$(LOOPDYN_CACHE_DIR) $(BIN)/python -m loopdyn.cli demo
 
-# One process per long test file (a long single process that compiled hundreds of XLA programs
-# ran out of memory mappings, vm.max_map_count, and aborted inside XLA's compiler; see
-# tests/conftest.py), the short files four to a process (each process pays Python's and JAX's
-# start-up, and files share compiled programs: 4 short files took 8 s together, 17 s apart),
+# One process per long test file or group of files (a long single process that compiled hundreds
+# of XLA programs ran out of memory mappings, vm.max_map_count, and aborted inside XLA's compiler;
+# tests/conftest.py now drops JAX's caches before that), the short files four to a process (each
+# process pays Python's and JAX's start-up, and files share compiled programs: 4 short files took
+# 8 s together, 17 s apart; test_forward and test_recursive 100.6 s together, 106.3 s apart),
 # JOBS processes at a time (default: one per core). Exit 5 (no test collected) counts as a pass.
-# TESTS picks files (one per process).
-# The longest files start first (seconds in one clean-clone `make test` on the 2-core machine,
-# 2026-11-27: gradients 99, inverse 89, forward 77, cpp_peer 72 (most of it g++),
-# montecarlo 68, recursive 64), so the last ones to finish are short and the two job slots end
-# together.
+# TESTS picks files (one per process). In LONG, "+" joins the files of one process.
+# The longest processes start first (seconds in one `make test` on the 2-core machine,
+# 2026-11-27: forward 88 + recursive 65, inverse 80 + inverse_motion 33 + inverse_idle 19,
+# cpp_peer about 100 on a clean clone (most of it g++), gradients 88), so the last ones to
+# finish are short and the two job slots end together.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-LONG := gradients inverse forward cpp_peer montecarlo recursive batched_lapack quaternion_joints \
-  simulate tree mjcf_coverage kinematics inverse_motion sharding fit notebooks_fit actuators \
-  design notebooks fit_cli notebooks_montecarlo inverse_idle mjcf compile_cache cli
-FIRST := $(LONG:%=tests/test_%.py)
+LONG := forward+recursive inverse+inverse_motion+inverse_idle cpp_peer gradients \
+  notebooks+notebooks_fit+notebooks_montecarlo montecarlo tree quaternion_joints mjcf+mjcf_coverage \
+  simulate fit+fit_cli design+actuators cli+compile_cache+sharding kinematics batched_lapack
+GROUPS := $(subst +,.py:tests/test_,$(LONG:%=tests/test_%.py))
+FIRST := $(subst :, ,$(GROUPS))
 SHORT := $(filter-out $(FIRST),$(wildcard tests/test_*.py))
-BATCHES = $(if $(TESTS),printf "%s\n" $(TESTS),{ printf "%s\n" $(FIRST); printf "%s\n" $(SHORT) | paste -d" " - - - -; })
+BATCHES = $(if $(TESTS),printf "%s\n" $(TESTS),{ printf "%s\n" $(GROUPS) | tr : " "; printf "%s\n" $(SHORT) | paste -d" " - - - -; })
 test: $(STAMP)
 	@$(BATCHES) | xargs -P $(JOBS) -I{} sh -c '\
 	  out=$$($(BIN)/python -m pytest -p no:cacheprovider {} 2>&1); code=$$?; \

@@ -59,7 +59,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.optimize
 from jaxtyping import Array, Float
 
 from . import compilation, inverse, parameters, prescribed, shaking
@@ -395,6 +394,8 @@ def balance(
         iterations += 1
         if progress is not None:
             progress(iterations, 2 * float(intermediate_result.cost))
+
+    import scipy.optimize  # here: at import it took 0.6 of `import loopdyn`'s 1.55 s
 
     for _ in range(1 if max_torque_increase is None else 30):  # augmented Lagrangian
         solution = scipy.optimize.least_squares(
