@@ -901,9 +901,10 @@ def markdown(raw):
             "load average exceeds the core count), compare ratios within this run, not across "
             "runs."
             if max(*info["load_average_start"], *info["load_average_end"]) > info["cores"]
-            else "The machine was otherwise quiet (the benchmark itself keeps about one core "
-            "busy); compare ratios within this run, not across runs."
-        ),
+            else "The load average was under the core count at start and end (the benchmark "
+            "itself keeps about one core busy); compare ratios within this run, not across runs."
+        )
+        + (f" {info['remark']}" if info.get("remark") else ""),  # what else ran, added by hand
         f"- Total run {raw['total_s'] / 60:.1f} min{' (--quick)' if raw['quick'] else ''}. "
         f"Medians over {raw['repeats']} repeats.",
         "- *Per core*: the benchmark process pins itself to one CPU before JAX starts, so XLA "
