@@ -647,7 +647,7 @@ def _eager(structure, method, independent):
         mech = jax.tree.unflatten(structure, leaves)
         return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
 
-    return compilation.array_jit(run)
+    return compilation.array_jit(run, options=compilation.SINGLE_STATE)
 
 
 def _is_concrete(x) -> bool:

@@ -283,7 +283,7 @@ def _runtime_checks_as_nan():
         equinox_errors.EQX_ON_ERROR = previous
 
 
-@compilation.jit
+@compilation.jit(options=compilation.SINGLE_STATE)
 def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     """The whole simulation as one program: assembly (if asked), the solve, and the saved-state
     measurements in one pass over the states. ``t1``, ``ts`` (``None``: ``options.saves`` evenly
