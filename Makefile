@@ -39,10 +39,10 @@ demo: $(DEMO_STAMP)
 # 8 s together, 17 s apart; test_forward and test_recursive 100.6 s together, 106.3 s apart),
 # JOBS processes at a time (default: one per core). Exit 5 (no test collected) counts as a pass.
 # TESTS picks files (one per process). In LONG, "+" joins the files of one process.
-# The longest processes start first (seconds in one `make test` on the 2-core machine,
-# 2026-11-27: forward 88 + recursive 65, inverse 80 + inverse_motion 33 + inverse_idle 19,
-# cpp_peer about 100 on a clean clone (most of it g++), gradients 88), so the last ones to
-# finish are short and the two job slots end together.
+# The long processes start first (seconds in a clean-clone `make test` on the 2-core
+# machine, 2026-11-27, 9:00 in all: the inverse files 104, forward + recursive 89, the notebooks
+# 83, gradients 74, cpp_peer 54, most of it g++), so the last ones to finish are short and the
+# two job slots end together.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 LONG := forward+recursive inverse+inverse_motion+inverse_idle cpp_peer gradients \
   notebooks+notebooks_fit+notebooks_montecarlo montecarlo tree quaternion_joints mjcf+mjcf_coverage \
