@@ -42,7 +42,7 @@ and leaves the largest programs kernel by kernel: as one kernel, the batched rec
 
 Single-state programs (`SINGLE_STATE`: `simulate`'s solve, eager `forward_dynamics` calls) are
 compiled with XLA's older fusion emitters (LLVM IR instead of MLIR), which compile them faster at
-the same run time: on one core, the first call of a 5 s 3-RRR `simulate` took 5.3-5.5 instead
+the same run time: on one core, the first call of a 5 s 3-RRR `simulate` took 5.3-5.7 instead
 of 6.0-6.2 s (the same trajectory to the last bit, 9.7-10.1 ms a run either way), the XLA
 compilation of the recursive method on the 32-loop MJCF chain ladder 1.9 instead of 3.7 s.
 Batched programs keep XLA's default: with the older emitters their rounding can depend on the
