@@ -33,10 +33,10 @@ cases = {
 }
 _, fd, plain_fd = cases["forward"]
 out = {"devices": len(jax.devices())}
-for name, (fn, batched, plain) in cases.items():
+for name, (fn, batched, vmapped) in cases.items():
     two = batched(mech, q, qd, tau)
     one = sharding.batch(fn, axes, devices=jax.devices()[:1])(mech, q, qd, tau)
-    plain = plain(mech, q, qd, tau)
+    plain = vmapped(mech, q, qd, tau)
     two, one, plain = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(r)]) for r in (two, one, plain))
     if name == "tree":  # natively batched: each device runs the function on its share
         vec = sharding.batch(fn, axes, vectorized=True)(mech, q, qd, tau)

@@ -395,7 +395,7 @@ def balance(
         if progress is not None:
             progress(iterations, 2 * float(intermediate_result.cost))
 
-    import scipy.optimize  # here: at import it took 0.6 of `import loopdyn`'s 1.55 s
+    import scipy.optimize  # here: at import it took 0.28 of `import loopdyn`'s 1.55 s
 
     for _ in range(1 if max_torque_increase is None else 30):  # augmented Lagrangian
         solution = scipy.optimize.least_squares(
