@@ -5,6 +5,7 @@ from . import (
     configuration,
     design,
     energy,
+    equalities,
     fit,
     forces,
     forward,
@@ -23,6 +24,7 @@ from . import (
     tree,
 )
 from .configuration import integrate
+from .equalities import switch_equalities
 from .forward import forward_dynamics
 from .inverse import inverse_dynamics
 from .io.mjcf import load_mjcf
@@ -41,6 +43,7 @@ __all__ = [
     "configuration",
     "design",
     "energy",
+    "equalities",
     "fit",
     "forces",
     "forward",
@@ -61,6 +64,7 @@ __all__ = [
     "simulate",
     "simulation",
     "spatial",
+    "switch_equalities",
     "topology",
     "tree",
 ]

@@ -42,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import redundancy
+from . import equalities
+from .equalities import Dormant
 from .topology import Topology, analyse
 
 GROUND = "ground"
@@ -135,6 +136,9 @@ class Mechanism(eqx.Module):
     one-row constraints ``(u - u0) - sum_k poly_k (w - w0)^k = 0`` among coordinates, with
     ``u = coupling_first . q``, ``w = coupling_second . q`` and ``(u0, w0) =
     coupling_reference``; they are loops of kind ``"coupling"`` after the cut joints' (`topology`).
+    Equalities (cut joints and couplings, in ``equality_order``) can be off: ``dormant`` keeps
+    those (`loopdyn.equalities`), which impose no rows until `switch_equalities` switches them
+    on. ``internal_bodies`` are the massless bodies inside multi-DOF joints.
     ``axis_names``: what the world's x, y and z axes are in the axes of the file the model was
     loaded from (``("x", "z", "-y")`` for a planar model drawn in an MJCF file's xz-plane, which
     `loopdyn.io.mjcf` turns into the xy-plane); world and body-frame vectors keep their numbers,
@@ -203,6 +207,9 @@ class Mechanism(eqx.Module):
     reduced_on_b: tuple[int, ...] = eqx.field(static=True, default=())
     reduced_across: tuple[int, ...] = eqx.field(static=True, default=())
     coupling_names: tuple[str, ...] = eqx.field(static=True, default=())
+    equality_order: tuple[str, ...] = eqx.field(static=True, default=())
+    dormant: tuple[Dormant, ...] = eqx.field(static=True, default=())
+    internal_bodies: tuple[int, ...] = eqx.field(static=True, default=())
 
     @property
     def nv(self) -> int:
@@ -391,6 +398,7 @@ class MechanismBuilder:
         self._joints: list[_Joint] = []
         self._springs: list[tuple] = []
         self._couplings: list[tuple] = []
+        self._inactive: set[str] = set()  # equalities added switched off
         self._actuators: list[_Actuator] = []
 
     def add_body(
@@ -447,6 +455,7 @@ class MechanismBuilder:
         frictionloss: float = 0.0,
         friction_velocity: float = FRICTION_VELOCITY,
         limits=None,
+        active: bool = True,
     ) -> MechanismBuilder:
         """Add a joint from ``parent`` to ``child`` (see the module docstring for the frames).
         A revolute or prismatic tree joint may carry passive elements: ``armature`` (rotor
@@ -457,7 +466,7 @@ class MechanismBuilder:
         free joint its ``armature`` and ``damping``, on each of its velocities. A ball cut
         joint is a spherical one. ``limits``: a revolute or prismatic tree joint's ``(low,
         high)`` range (rad or m), not enforced: `loopdyn.simulate` warns when a saved state
-        passes it."""
+        passes it. ``active=False`` adds a cut joint switched off (`loopdyn.equalities`)."""
         if kind == "ball" and (cut or child == GROUND or self._has_tree_joint(child)):
             kind = "spherical"
         taken = {j.name for j in self._joints} | {j.coordinate for j in self._joints}
@@ -501,6 +510,8 @@ class MechanismBuilder:
             "child_rotation": _rotation(child_rotation, f"joint {name!r}: child_rotation"),
             "cut": bool(cut) or child == GROUND or self._has_tree_joint(child),
         }
+        if not active and not common["cut"]:
+            raise ValueError(f"joint {name!r}: only a cut joint can be switched off (active=False)")
         if actuated and (common["cut"] or kind not in TREE_KINDS):
             raise ValueError(
                 f"joint {name!r}: only revolute or prismatic tree joints can be actuated"
@@ -553,6 +564,8 @@ class MechanismBuilder:
                     **common,
                 )
             )
+        if not active:
+            self._inactive.add(name)
         return self
 
     @staticmethod
@@ -607,13 +620,14 @@ class MechanismBuilder:
         return self
 
     def add_coupling(
-        self, name: str, first, second=None, polycoef=(0.0, 1.0, 0.0, 0.0, 0.0)
+        self, name: str, first, second=None, polycoef=(0.0, 1.0, 0.0, 0.0, 0.0), active=True
     ) -> MechanismBuilder:
         """Couple coordinates by ``u - u0 = sum_k polycoef[k] (w - w0)^k`` (MuJoCo's joint and
         fixed-tendon equalities): ``u`` and ``w`` are linear combinations of hinge or slide
         coordinates, ``first`` and ``second``, each a coordinate name or a mapping from names to
         coefficients; ``u0``, ``w0`` their values at ``q0``. Without ``second`` the coupling
-        holds ``u - u0 = polycoef[0]``. Up to five polynomial coefficients (constant first)."""
+        holds ``u - u0 = polycoef[0]``. Up to five polynomial coefficients (constant first).
+        ``active=False`` adds it switched off (`loopdyn.equalities`)."""
         taken = {c[0] for c in self._couplings} | {j.name for j in self._joints}
         if name in taken:
             raise ValueError(f"coupling name {name!r} is already used")
@@ -635,6 +649,8 @@ class MechanismBuilder:
                 f"coupling {name!r}: polycoef must be 1 to 5 finite numbers, got {poly.tolist()}"
             )
         self._couplings.append((name, *terms, np.pad(poly, (0, 5 - poly.size))))
+        if not active:
+            self._inactive.add(name)
         return self
 
     @staticmethod
@@ -656,22 +672,21 @@ class MechanismBuilder:
         return row
 
     def _coupling_arrays(self, joints, q0):
-        """``(first, second)`` ``(c, n)`` coefficient rows, the coordinates of each coupling and
-        its reference values ``(u0, w0)`` at ``q0`` (``(c, 2)``)."""
+        """``(first, second)`` ``(c, n)`` coefficient rows and each coupling's reference values
+        ``(u0, w0)`` at ``q0`` (``(c, 2)``)."""
         scalar, _ = configuration_layout(
             len(joints), tuple(k for k, j in enumerate(joints) if j.quaternion)
         )
-        rows, used, reference = [], [], []
+        rows, reference = [], []
         for name, first, second, _ in self._couplings:
             pair = [self._coefficients(joints, t, f"coupling {name!r}") for t in (first, second)]
             rows.append(pair)
-            used.append(tuple(int(k) for k in np.flatnonzero((pair[0] != 0) | (pair[1] != 0))))
-            if not used[-1]:
+            if not np.any(pair[0]) and not np.any(pair[1]):
                 raise ValueError(f"coupling {name!r}: every coefficient is zero")
             at_q0 = np.append(q0, 0.0)[scalar]
             reference.append([pair[0] @ at_q0, pair[1] @ at_q0])
         shaped = np.array(rows).reshape(-1, 2, len(joints))
-        return shaped[:, 0], shaped[:, 1], used, np.array(reference).reshape(-1, 2)
+        return shaped[:, 0], shaped[:, 1], np.array(reference).reshape(-1, 2)
 
     def add_actuator(
         self,
@@ -877,7 +892,7 @@ class MechanismBuilder:
         bodies = [self._bodies[b] for b in order]
         cuts = [j for j in self._joints if j.cut]
         if self.planar:
-            self._check_planar(joints + cuts)
+            check_planar(joints)
 
         def stack(values, shape):
             return jnp.asarray(np.array(values, dtype=np.float64).reshape((-1, *shape)))
@@ -891,32 +906,21 @@ class MechanismBuilder:
 
         coordinates = tuple(j.coordinate for j in joints)
         quaternions = tuple(k for k, j in enumerate(joints) if j.quaternion)
-        cut_joints = tuple(CutJoint(j.name, j.kind, index[j.parent], index[j.child]) for j in cuts)
         reference = self._reference(q0, coordinates, quaternions)
-        first, second, coupled, coupling_reference = self._coupling_arrays(joints, reference)
+        first, second, coupling_reference = self._coupling_arrays(joints, reference)
         parents = tuple(index[j.parent] for j in joints)
-        reduced = (
-            {}
-            if self.planar
-            else redundancy.reduced_rows(
-                joints,
-                parents,
-                quaternions,
-                [(j, index[j.parent], index[j.child]) for j in cuts],
-                [(f, s, c[3]) for f, s, c in zip(first, second, self._couplings)],
-            )
-        )
-        structure = analyse(  # loops, subsystems, block pattern; refuses bad loops
-            parents,
-            cut_joints,
-            self.planar,
-            actuated=[k for k, j in enumerate(joints) if j.actuated],
-            body_names=order,
-            internal=[b.internal for b in bodies],
-            row_counts={c: len(rows) for c, (rows, _, _) in reduced.items()},
-            couplings=[(c[0], used) for c, used in zip(self._couplings, coupled)],
-        )
-        return Mechanism(
+        # Built with every equality off, then switched on (`loopdyn.equalities`): one derivation
+        # of the loop structure for building and switching.
+        off = [
+            Dormant(j.name, j.kind, index[j.parent], index[j.child], equalities.cut_data(j))
+            for j in cuts
+        ]
+        off += [
+            Dormant(c[0], "coupling", -1, -1, equalities.coupling_data(f, w, c[3], r))
+            for c, f, w, r in zip(self._couplings, first, second, coupling_reference)
+        ]
+        none = np.zeros(0)
+        mech = Mechanism(
             q0=jnp.asarray(reference),
             mass=stack([b.mass for b in bodies], ()),
             com=stack([b.com for b in bodies], (3,)),
@@ -927,11 +931,11 @@ class MechanismBuilder:
             child_rotation=stack([j.child_rotation for j in joints], (3, 3)),
             child_position=stack([j.child_position for j in joints], (3,)),
             gravity=jnp.asarray(self.gravity),
-            cut_axis=stack([j.axis for j in cuts], (3,)),
-            cut_rotation_a=stack([j.rotation for j in cuts], (3, 3)),
-            cut_position_a=stack([j.position for j in cuts], (3,)),
-            cut_rotation_b=stack([j.child_rotation for j in cuts], (3, 3)),
-            cut_position_b=stack([j.child_position for j in cuts], (3,)),
+            cut_axis=stack(none, (3,)),
+            cut_rotation_a=stack(none, (3, 3)),
+            cut_position_a=stack(none, (3,)),
+            cut_rotation_b=stack(none, (3, 3)),
+            cut_position_b=stack(none, (3,)),
             spring_point_a=stack([sp[3] for sp in self._springs], (3,)),
             spring_point_b=stack([sp[4] for sp in self._springs], (3,)),
             spring_stiffness=stack([sp[5] for sp in self._springs], ()),
@@ -943,11 +947,10 @@ class MechanismBuilder:
             gravcomp=stack([b.gravcomp for b in bodies], ()),
             gravcomp_bodies=tuple(k for k, b in enumerate(bodies) if b.gravcomp),
             **self._ctrl_fields(joints, stack),
-            coupling_first=jnp.asarray(first),
-            coupling_second=jnp.asarray(second),
-            coupling_poly=stack([c[3] for c in self._couplings], (5,)),
-            coupling_reference=jnp.asarray(coupling_reference),
-            coupling_names=tuple(c[0] for c in self._couplings),
+            coupling_first=stack(none, (len(joints),)),
+            coupling_second=stack(none, (len(joints),)),
+            coupling_poly=stack(none, (5,)),
+            coupling_reference=stack(none, (2,)),
             spring_names=tuple(sp[0] for sp in self._springs),
             spring_bodies=tuple((index[sp[1]], index[sp[2]]) for sp in self._springs),
             planar=self.planar,
@@ -957,13 +960,14 @@ class MechanismBuilder:
             coordinate_names=coordinates,
             joint_names=joint_names(),
             actuator_names=tuple(j.coordinate for j in self._joints if j.actuated),
-            cut_joints=cut_joints,
-            topology=structure,
+            cut_joints=(),
+            topology=analyse(parents, (), self.planar),
             quaternion_slots=quaternions,
-            reduced_points=tuple((c, rows) for c, (rows, _, _) in sorted(reduced.items())),
-            reduced_on_b=tuple(c for c, (_, side, _) in sorted(reduced.items()) if side),
-            reduced_across=tuple(c for c, (_, _, across) in sorted(reduced.items()) if across),
+            equality_order=tuple(d.name for d in off),
+            dormant=tuple(off),
+            internal_bodies=tuple(k for k, b in enumerate(bodies) if b.internal),
         )
+        return equalities.structured(mech, {d.name for d in off} - self._inactive)
 
     @staticmethod
     def _reference(q0, coordinates, quaternions):
@@ -985,26 +989,24 @@ class MechanismBuilder:
             q0[a : a + 4] /= norm
         return q0
 
-    @staticmethod
-    def _check_planar(joints):
-        """Planar mechanisms: joint frames turn about z only, revolute axes are +-z, prismatic axes
-        lie in the plane."""
-        z = np.array([0.0, 0.0, 1.0])
-        for j in joints:
-            for what, r in (("rotation", j.rotation), ("child_rotation", j.child_rotation)):
-                if not np.allclose(r @ z, z, atol=1e-12):
-                    raise ValueError(
-                        f"joint {j.name!r}: {what} turns out of the plane of a planar mechanism"
-                    )
-            along_z = abs(abs(j.axis @ z) - 1.0) < 1e-12
-            in_plane = abs(j.axis @ z) < 1e-12
-            ok = in_plane if j.kind == "prismatic" else along_z or j.kind in ("weld", "spherical")
-            if not ok:
+
+def check_planar(joints):
+    """Planar mechanisms: joint frames turn about z only, revolute axes are +-z, prismatic axes
+    lie in the plane."""
+    z = np.array([0.0, 0.0, 1.0])
+    for j in joints:
+        for what, r in (("rotation", j.rotation), ("child_rotation", j.child_rotation)):
+            if not np.allclose(r @ z, z, atol=1e-12):
                 raise ValueError(
-                    f"joint {j.name!r}: axis {j.axis.tolist()} does not fit a planar mechanism "
-                    "(revolute axes along z, prismatic axes in the xy-plane)"
+                    f"joint {j.name!r}: {what} turns out of the plane of a planar mechanism"
                 )
-            if j.kind == "universal":
-                raise ValueError(
-                    f"joint {j.name!r}: a universal joint does not fit a planar mechanism"
-                )
+        along_z = abs(abs(j.axis @ z) - 1.0) < 1e-12
+        in_plane = abs(j.axis @ z) < 1e-12
+        ok = in_plane if j.kind == "prismatic" else along_z or j.kind in ("weld", "spherical")
+        if not ok:
+            raise ValueError(
+                f"joint {j.name!r}: axis {j.axis.tolist()} does not fit a planar mechanism "
+                "(revolute axes along z, prismatic axes in the xy-plane)"
+            )
+        if j.kind == "universal":
+            raise ValueError(f"joint {j.name!r}: a universal joint does not fit a planar mechanism")

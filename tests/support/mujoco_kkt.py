@@ -96,11 +96,11 @@ def reference_model(path, mech, warned):
                 model.jnt_stiffness[j] = 0.0
         for a in set(range(model.nu)) - set(ctrl_ids):
             model.actuator_gainprm[a], model.actuator_biasprm[a] = 0.0, 0.0
-    # equalities loopdyn left out (unsupported, inactive, or constraining nothing) are off here too
+    # MuJoCo's run-time switch (eq_active) set to loopdyn's loops: those loopdyn left out
+    # (unsupported, off, or constraining nothing) are off, those switched on are on
     loops = {loop.name for loop in mech.topology.loops}
     for e in range(model.neq):
-        if mujoco_name(model, "equality", e) not in loops:
-            data.eq_active[e] = 0
+        data.eq_active[e] = mujoco_name(model, "equality", e) in loops
     return model, data, ctrl_ids
 
 

@@ -84,7 +84,9 @@ The mapping, MuJoCo -> loopdyn:
 
 Joint limits are ignored with a warning (loopdyn enforces none); a hinge's or slide's range is
 kept (``Mechanism.limits``) and `loopdyn.simulate` warns when a saved state passes it. An
-inactive equality (``active="false"``, or switched off by `load_mjcf`'s ``active``) is left out.
+inactive equality (``active="false"``, or switched off by `load_mjcf`'s ``active``) is kept
+switched off: it imposes nothing until `loopdyn.switch_equalities` switches it on, as MuJoCo's
+``eq_active`` does at run time (`loopdyn.equalities`).
 What loopdyn cannot represent is listed all at once, each element named, in one
 ``ValueError``: a ball or free joint's
 stiffness or friction loss, polynomial stiffness or damping, a hinge's or slide's friction loss
@@ -151,9 +153,9 @@ def load_mjcf(
     ``frictionloss="smooth"`` loads a hinge's or slide's ``frictionloss`` as the smooth law of
     `loopdyn.forces.joint_forces` (not MuJoCo's dry-friction constraint at low speed); None
     counts it as unsupported. ``active`` switches equalities on or off by name (``{"pin":
-    True}``), where the file's ``active`` attribute says otherwise: an inactive equality is left
-    out of the mechanism (loopdyn's constraints are structural, so switching is loading
-    again)."""
+    True}``), where the file's ``active`` attribute says otherwise; `loopdyn.switch_equalities`
+    switches them on the loaded mechanism (an equality that is off is kept, imposing
+    nothing)."""
     return _load(source, planar, unsupported, frictionloss, active)[0]
 
 
@@ -203,7 +205,6 @@ def _load(source, planar, unsupported, frictionloss, active):
         raise ValueError(f"frictionloss must be None or 'smooth', got {frictionloss!r}")
     model = _switched(_compile(source), active or {})
     dropped = _refuse_unsupported(model, unsupported, frictionloss)
-    dropped |= {("equality", e) for e in range(model.neq) if not model.eq_active0[e]}
     frames = _frames(model)
     joints, massless = _tree_joints(model, frames, dropped, frictionloss)
     cuts = _cut_joints(model, frames, dropped)
@@ -216,12 +217,13 @@ def _load(source, planar, unsupported, frictionloss, active):
         name: (mass, turn @ com, turn @ inertia @ turn.T)
         for name, (mass, com, inertia) in drawn.items()
     }
-    misfit = _planar_misfit(specs, turn @ gravity)
+    misfit = _planar_misfit([s for s in specs if s.get("active", True)], turn @ gravity)
     if misfit and normal is not None and abs(gravity @ normal) > _TOL:
         misfit = f"gravity {gravity.tolist()} is not in the plane of motion"
     if planar and misfit:
         raise ValueError(f"the MJCF model is not planar: {misfit}")
-    welded = any(spec["kind"] != "connect" for spec in cuts)  # a connect's extra row is dropped
+    # A connect's extra row is dropped, not a weld's.
+    welded = any(s["kind"] != "connect" and s["active"] for s in cuts)
     if planar is None and misfit and welded and normal is not None:
         raise ValueError(
             f"the mechanism moves in planes normal to {normal.round(12).tolist()}, but "
@@ -705,6 +707,7 @@ def _couplings(model, dropped):
                 "first": first,
                 "second": second[0] if second else None,
                 "polycoef": model.eq_data[e][:5].copy(),
+                "active": bool(model.eq_active0[e]),
             }
         )
     return specs
@@ -757,6 +760,7 @@ def _cut_joints(model, frames, dropped):
                 "child_position": position_b,
                 "child_rotation": rotation_b,
                 "cut": True,
+                "active": bool(model.eq_active0[e]),
             }
         )
     return specs
@@ -864,7 +868,8 @@ def _warn_open_connects(model):
                 f"{gap:.6g} apart at qpos0 (the file does not draw its loop closed; m, or rad "
                 "for a weld's turn). MuJoCo pulls them together once it simulates; loopdyn keeps "
                 "both ends as drawn, so mech.q0 violates this loop: close the drawing, or "
-                "assemble q0 (kinematics.assemble)",
+                "assemble q0 (kinematics.assemble)"
+                + ("" if model.eq_active0[e] else " once it is switched on (it is off)"),
                 stacklevel=4,  # load_mjcf's caller
             )
 
