@@ -11,6 +11,7 @@ between ``v`` and ``q'``. The rotation of a quaternion is that of its normalised
 Mechanisms without quaternions have ``q' = v`` and every function here is the plain formula.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -37,8 +38,8 @@ def scalar_coordinates(
     if not mech.quaternion_slots:
         return q
     scalar, _ = configuration_layout(mech.nv, mech.quaternion_slots)
-    zero = jnp.zeros_like(jnp.take(q, np.array([0]), axis=axis))
-    return jnp.take(jnp.concatenate([q, zero], axis=axis), scalar, axis=axis)
+    zero = jnp.zeros_like(jax.lax.slice_in_dim(q, 0, 1, axis=axis))
+    return placement.take(jnp.concatenate([q, zero], axis=axis), scalar, axis=axis)
 
 
 def quaternion_matrix(w, x, y, z, axis=-2):

@@ -6,10 +6,40 @@ into a single kernel (XLA's small-while-loop hoisting skips it). Where the posit
 when the program is traced (the topology fixes them), the same update is a gather from the
 values with a zero appended, summed over the few values that land on one position: fusible, and
 scatter-free. `add_at` and `put` do that.
+
+Reads at such positions go through `take`: JAX's own indexing first normalises every index
+(negative ones, clamping), seven to twenty-three operations around each gather that the topology
+makes needless.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+_DIRECT = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
+
+
+def take(x, index, axis=0):
+    """``jnp.take(x, index, axis)`` for indices known to lie in ``[0, x.shape[axis])``: a constant
+    array (a slice where it is a contiguous range) or a traced one built from the topology; one
+    gather, without JAX's normalisation of the indices (module docstring)."""
+    axis = axis % x.ndim
+    static = not isinstance(index, jax.Array)
+    if static:
+        index = np.asarray(index)
+        flat = index.reshape(-1)
+        if flat.size and np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)):
+            part = jax.lax.slice_in_dim(x, int(flat[0]), int(flat[0]) + flat.size, axis=axis)
+            return part.reshape(x.shape[:axis] + index.shape + x.shape[axis + 1 :])
+    index = index[..., None]  # a constant when static
+    numbers = jax.lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(axis))
+        + tuple(range(axis + index.ndim - 1, x.ndim + index.ndim - 2)),
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+    )
+    sizes = x.shape[:axis] + (1,) + x.shape[axis + 1 :]
+    return jax.lax.gather(x, index, numbers, sizes, mode=_DIRECT)
 
 
 def _sources(index, size):
@@ -46,10 +76,10 @@ def add_at(x, index, values, axis=0):
     if merged.size == 0:
         return x
     table = _sources(merged, flat.shape[axis])
-    zero = jnp.zeros_like(jnp.take(values, np.array([0]), axis=axis))
+    zero = jnp.zeros_like(jax.lax.slice_in_dim(values, 0, 1, axis=axis))
     padded = jnp.concatenate([values, zero], axis=axis)
     for column in table.T:
-        flat = flat + jnp.take(padded, column, axis=axis)
+        flat = flat + take(padded, column, axis=axis)
     return flat.reshape(x.shape)
 
 
@@ -62,4 +92,4 @@ def put(x, index, values, axis=0):
     source = np.arange(flat.shape[axis]) + merged.size  # keep x where nothing is put
     source[merged] = np.arange(merged.size)
     both = jnp.concatenate([values, flat], axis=axis)
-    return jnp.take(both, source, axis=axis).reshape(x.shape)
+    return take(both, source, axis=axis).reshape(x.shape)

@@ -180,7 +180,7 @@ def _levels(parent: tuple[int, ...]) -> _Levels:
 
 
 def _take(tree, index):
-    return jax.tree.map(lambda x: x[index], tree)
+    return jax.tree.map(lambda x: placement.take(x, index), tree)
 
 
 def _by_level(mech, tree):
@@ -188,7 +188,8 @@ def _by_level(mech, tree):
     levels = _levels(mech.parent)
     if levels.body.shape[1] == 1:  # a serial chain: levels are bodies
         return jax.tree.map(lambda x: x[:, None], tree)
-    return jax.tree.map(lambda x: jnp.concatenate([x, x[:1]])[levels.body], tree)
+    body = np.where(levels.body < mech.num_bodies, levels.body, 0)  # empty slots: any body
+    return _take(tree, body)
 
 
 def _by_body(mech, tree):
@@ -252,7 +253,7 @@ def _child_sums(values, children):
     ``(w, c)`` (`_Levels`; row ``w`` is zero): a gather, linear in the width (a one-hot product
     over the slots was quadratic: a forest of k trees)."""
     padded = jnp.concatenate([values, jnp.zeros_like(values[:1])])
-    return jnp.sum(padded[children], axis=1)
+    return jnp.sum(placement.take(padded, children), axis=1)
 
 
 def _subtree_sums(mech, x):
