@@ -188,8 +188,9 @@ def main():
             row["vs_pinocchio"] = relative(ours[:checked], theirs[:checked])
             raw["rows"].append(row)
             print(json.dumps(row), flush=True)
-        (args.out / "gpu.json").write_text(json.dumps(raw, indent=1))
-        (args.out / "gpu.md").write_text(markdown(raw))
+            # after each row: a run stopped part-way keeps the rows it finished
+            (args.out / "gpu.json").write_text(json.dumps(raw, indent=1))
+            (args.out / "gpu.md").write_text(markdown(raw))
     print(markdown(raw))
 
 
