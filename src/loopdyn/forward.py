@@ -615,9 +615,8 @@ def forward_dynamics(
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
     independent = tuple(independent or ())
-    if _is_concrete(q) and _is_concrete(mech.mass):  # eager: jax.jit's own dispatch
-        leaves, structure = jax.tree.flatten(mech)
-        result = _eager(structure, method, independent)(leaves, q, qd, tau, f_ext, ctrl)
+    if _is_concrete(q) and _is_concrete(mech.mass):  # eager: one packed input
+        result = _eager(mech, q, qd, tau, f_ext, ctrl, method=method, independent=independent)
     else:
         q, qd, tau, f_ext, ctrl = (
             None if x is None else jnp.asarray(x) for x in (q, qd, tau, f_ext, ctrl)
@@ -637,17 +636,11 @@ def forward_dynamics(
     return eqx.error_if(result.qdd, result.singular, message), result.lam
 
 
-@functools.cache
-def _eager(structure, method, independent):
-    """`solve` jitted over the mechanism's leaves, one program per structure, method and
-    partition: an eager call pays ``jax.jit``'s dispatch, not equinox's filtering of the whole
-    mechanism (a third of the time of a four-bar call)."""
-
-    def run(leaves, q, qd, tau, f_ext, ctrl):
-        mech = jax.tree.unflatten(structure, leaves)
-        return solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
-
-    return compilation.array_jit(run, options=compilation.SINGLE_STATE)
+_eager = compilation.eager(
+    lambda mech, q, qd, tau, f_ext, ctrl, *, method, independent: solve(
+        mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl
+    )
+)
 
 
 def _is_concrete(x) -> bool:

@@ -549,7 +549,9 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     return _Evaluated(result, levels, scales, unbalanced, tau_id, jac)
 
 
-_compiled = compilation.array_jit(_evaluate, static_argnums=4)
+_evaluate_once = compilation.eager(
+    lambda mech, q, qd, qdd, *, plan: _evaluate(mech, q, qd, qdd, plan)
+)
 
 
 def solve(mech: Mechanism, q, qd, qdd, method: str = "subsystem") -> InverseDynamics:
@@ -584,7 +586,7 @@ def inverse_dynamics(
     """
     q, qd, qdd = check_arrays(mech, "inverse_dynamics", q=q, qd=qd, qdd=qdd)
     plan = solve_plan(mech, method)
-    evaluated = _compiled(mech, q, qd, qdd, plan)
+    evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan)
     if not check:
         return evaluated.result
     closed = _check_state(mech, evaluated.levels, evaluated.scales, tol)
