@@ -138,3 +138,28 @@ def test_batched_forward_dynamics_on_the_32_loop_ladder_finishes():
 
 def test_batched_gradient_of_forward_dynamics_on_the_8_loop_ladder_finishes():
     _finishes("the gradient on the MJCF ladder, k = 8, B = 64", LADDER_GRADIENT)
+
+
+def test_off_the_cpu_the_batch_stays_whole(monkeypatch):
+    """The loop over the batch is the CPU's remedy; on a GPU a batched solver call is one
+    operation, looped it took an H200 200 times longer (the 8-loop ladder's batched SLM). The
+    lowered program of that batch: its LAPACK-backed factorisations and solves loop on the CPU,
+    and hold no loop when JAX's default backend is not the CPU (traced here, not run: that
+    program is the one with batched LAPACK calls, which the CPU's pool may hang on)."""
+    import jax
+
+    import loopdyn
+
+    jax.config.update("jax_enable_x64", True)
+    mech = loopdyn.mechanisms.ladder(8)
+    n = mech.nv
+    states = (jax.numpy.tile(mech.q0, (4, 1)), jax.numpy.zeros((4, n)), jax.numpy.zeros((4, n)))
+    solve = jax.vmap(lambda q, v, t: loopdyn.forward.solve(mech, q, v, t, method="slm").qdd)
+
+    def loops():
+        jax.clear_caches()  # inner programs are traced again, by the backend's rule
+        return jax.jit(solve).lower(*states).as_text().count("stablehlo.while")
+
+    on_cpu = loops()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert on_cpu >= 3 and loops() == 0

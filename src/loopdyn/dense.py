@@ -35,13 +35,34 @@ UNROLL = 16  # largest dimension unrolled; above it, LAPACK
 
 
 def _looped(f):
-    """``f``, whose LAPACK calls take one matrix, run under ``vmap`` as a loop over the batch
-    (``lax.map``). jaxlib hands a batched LAPACK call's matrices to XLA's CPU thread pool and
-    waits for them there; two such calls in one program can occupy every thread of a small pool
-    while their work waits behind them, forever (seen on 2 cores with jax 0.10: three independent
-    batched calls of 256 matrices hang, looped they do not). Not differentiable (JAX cannot
-    transpose the loop): for inputs that are not differentiated."""
-    return jax.custom_batching.sequential_vmap(f)
+    """``f``, whose LAPACK calls take one matrix, run under ``vmap`` on the CPU as a loop over the
+    batch (``lax.map``). jaxlib hands a batched LAPACK call's matrices to XLA's CPU thread pool
+    and waits for them there; two such calls in one program can occupy every thread of a small
+    pool while their work waits behind them, forever (seen on 2 cores with jax 0.10: three
+    independent batched calls of 256 matrices hang, looped they do not). On a GPU the batch
+    stays whole (one batched solver call; looped, the 8-loop ladder's batched SLM took an H200
+    200 times longer). Not differentiable on the CPU (JAX cannot transpose the loop): for inputs
+    that are not differentiated."""
+
+    @jax.custom_batching.custom_vmap
+    def call(*args):
+        return f(*args)
+
+    @call.def_vmap
+    def rule(axis_size, in_batched, *args):
+        args = [
+            x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+            for x, batched in zip(args, in_batched)
+        ]
+        out = jax.vmap(f)(*args) if _whole() else lax.map(lambda xs: call(*xs), args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call
+
+
+def _whole():
+    """Whether batched LAPACK-backed calls keep their batch whole: off the CPU (`_looped`)."""
+    return jax.default_backend() != "cpu"
 
 
 _lu = _looped(lambda a: lax.linalg.lu(a)[::2])  # (packed L\U, row permutation)
@@ -61,13 +82,16 @@ def _trsm(t, b, lower, transpose=False, unit=False):
 
 def _looped_columns(kernel):
     """``kernel(*factors, b)``, whose LAPACK solves treat the columns of a matrix ``b``
-    independently, for ``b`` a vector or matrix: looped as `_looped`, but under ``vmap`` of ``b``
-    alone the batch becomes more columns of one call."""
+    independently, for ``b`` a vector or matrix: looped on the CPU as `_looped`, but under
+    ``vmap`` of ``b`` alone the batch becomes more columns of one call."""
+
+    def columns(*args):
+        b = args[-1]
+        return kernel(*args[:-1], b.reshape(b.shape[0], -1)).reshape(b.shape)
 
     @jax.custom_batching.custom_vmap
     def solve(*args):
-        b = args[-1]
-        return kernel(*args[:-1], b.reshape(b.shape[0], -1)).reshape(b.shape)
+        return columns(*args)
 
     @solve.def_vmap
     def rule(axis_size, in_batched, *args):
@@ -77,6 +101,8 @@ def _looped_columns(kernel):
             x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
             for x, batched in zip(args, in_batched)
         ]
+        if _whole():
+            return jax.vmap(columns)(*args), True
         return lax.map(lambda xs: solve(*xs), args), True
 
     return solve
