@@ -50,6 +50,7 @@ import loopdyn
 from loopdyn import compilation, forward, kinematics, mechanisms, recursive, simulation, tree
 
 compilation.use_loop_kernels()  # before the first computation; subprocesses inherit it
+SINGLE = compilation.SINGLE_STATE  # single-state programs compile as `simulate`'s and eager ones
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -121,7 +122,9 @@ def bench_mechanism(name, batch, repeats):
     reference = None
     for method in ("system", *[m for m in METHODS if m != "system"]):
         solve = solver_for(mech, method)
-        single = compilation.jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
+        single = compilation.jit(
+            lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd, options=SINGLE
+        )
         batched = compilation.jit(
             lambda mech, q, qd, tau: jax.vmap(lambda *x: solve(mech, *x).qdd)(q, qd, tau)
         )
@@ -432,7 +435,9 @@ def bench_ladder(layout, k, methods, repeats, batch, timeout, given_up):
         np.savez(path, q=states[0], qd=states[1], tau=states[2])
         for method in methods:
             solve = solver_for(mech, method)
-            single = compilation.jit(lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd)
+            single = compilation.jit(
+                lambda mech, q, qd, tau: solve(mech, q, qd, tau).qdd, options=SINGLE
+            )
             compile_s, out = first_call(single, mech, *one)
             row[method] = {
                 "compile_s": compile_s,
@@ -910,7 +915,8 @@ def markdown(raw):
         "- *Per core*: the benchmark process pins itself to one CPU before JAX starts, so XLA "
         "(one host device), Pinocchio (one thread) and MuJoCo share one core. *single*: one "
         "`loopdyn.compilation.jit` call through Python incl. dispatch (XLA options of "
-        "`loopdyn.compilation.OPTIONS`); *batched*: `loopdyn.compilation.jit(vmap(f))` over "
+        "`loopdyn.compilation.SINGLE_STATE`, as `simulate` and eager calls compile); "
+        "*batched*: `loopdyn.compilation.jit(vmap(f))` over "
         f"B = {raw['batch']} random assembled states (independent coordinates held, velocities "
         "by `project_velocity`, random torques; guesses that did not close, or that loopdyn's "
         "default method flags singular, replaced by repeats of the others), time per state. "
