@@ -80,12 +80,6 @@ def _with_ground(x, ground):
     return jnp.concatenate([x, jnp.broadcast_to(jnp.asarray(ground, x.dtype), (1, *x.shape[1:]))])
 
 
-def _at(x, index):
-    """``x[index]`` for a static integer array ``index`` (-1: the last row), one gather
-    (`placement.take`)."""
-    return placement.take(x, np.asarray(index) % x.shape[0])
-
-
 @functools.cache
 def _paths(parent: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Static ``(n + 1, L)`` indices of the coordinates that move each body (its own joint and its
@@ -203,21 +197,21 @@ def _ends(mech, motion, jacobian=False):
     bodies = np.array([[cut.body_a, cut.body_b] for cut in mech.cut_joints], dtype=int).reshape(
         -1, 2
     )
-    r_body = _at(_with_ground(motion.rotation, np.eye(3)), bodies)
+    r_body = _with_ground(motion.rotation, np.eye(3))[bodies]
     local_p = jnp.stack([mech.cut_position_a, mech.cut_position_b], axis=1)
     local_r = jnp.stack([mech.cut_rotation_a, mech.cut_rotation_b], axis=1)
-    p = _at(_with_ground(motion.position, np.zeros(3)), bodies)
+    p = _with_ground(motion.position, np.zeros(3))[bodies]
     p = p + jnp.einsum("ceij,cej->cei", r_body, local_p)
     ends = _Ends(r_body @ local_r, p)
     if jacobian:
         index, mask = _paths(mech.parent)
         end_mask = jnp.asarray(mask[bodies], p.dtype)[..., None]  # (c, 2, L, 1)
-        on_path = _at(_spatial(mech, motion.axes), index[bodies])
+        on_path = _spatial(mech, motion.axes)[index[bodies]]
         jac_point = on_path[..., 3:] + jnp.cross(on_path[..., :3], p[:, :, None, :])
         ends = ends._replace(jac_point=jac_point * end_mask, jac_angle=on_path[..., :3] * end_mask)
     if motion.twist is not None:
-        t_end = _at(_with_ground(_spatial(mech, motion.twist), np.zeros(6)), bodies)
-        dt_end = _at(_with_ground(_spatial(mech, motion.acceleration), np.zeros(6)), bodies)
+        t_end = _with_ground(_spatial(mech, motion.twist), np.zeros(6))[bodies]
+        dt_end = _with_ground(_spatial(mech, motion.acceleration), np.zeros(6))[bodies]
         omega, alpha = t_end[..., :3], dt_end[..., :3]
         velocity = t_end[..., 3:] + jnp.cross(omega, p)
         ends = ends._replace(
@@ -240,10 +234,10 @@ def _by_frame(rows, on_a, on_b):
 
 def _directions(ends, rows):
     """Per row: the vectors ``e`` and ``x`` of `_Rows`, in world axes."""
-    rot_a, rot_b = _at(ends.rotation[:, 0], rows.cut), _at(ends.rotation[:, 1], rows.cut)
+    rot_a, rot_b = ends.rotation[rows.cut, 0], ends.rotation[rows.cut, 1]
     turn = _by_frame(rows, rot_a, rot_b)
     e = rows.turning * jnp.einsum("rij,rj->ri", turn, rows.u) + (1.0 - rows.turning) * rows.u
-    gap = _at(ends.position[:, 1] - ends.position[:, 0], rows.cut)
+    gap = (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
     x = rows.angle * jnp.einsum("rij,rj->ri", rot_b, rows.w) + (1.0 - rows.angle) * gap
     return e, x
 
@@ -289,15 +283,12 @@ def _jacobian(ends, rows, e, x, moment=None):
     ``moment . (omega_b - omega_a)``, ``moment = x X e`` unless given (`_closure`)."""
     moment = jnp.cross(x, e) if moment is None else moment
     cut, turns = rows.cut, -rows.turning * moment
-    angle_a, angle_b = _at(ends.jac_angle[:, 0], cut), _at(ends.jac_angle[:, 1], cut)
-    on_b = rows.angle * jnp.einsum("ri,rli->rl", moment, angle_b)
-    point_b = _at(ends.jac_point[:, 1], cut)
-    on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, point_b)
+    on_b = rows.angle * jnp.einsum("ri,rli->rl", moment, ends.jac_angle[cut, 1])
+    on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 1])
     if rows.on_b.any():  # across_b rows turn with frame b
-        on_b = on_b + jnp.einsum("ri,rli->rl", rows.on_b * turns, angle_b)
-    on_a = jnp.einsum("ri,rli->rl", (1.0 - rows.on_b) * turns, angle_a)
-    point_a = _at(ends.jac_point[:, 0], cut)
-    on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, point_a)
+        on_b = on_b + jnp.einsum("ri,rli->rl", rows.on_b * turns, ends.jac_angle[cut, 1])
+    on_a = jnp.einsum("ri,rli->rl", (1.0 - rows.on_b) * turns, ends.jac_angle[cut, 0])
+    on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 0])
     return on_a, on_b
 
 
@@ -466,12 +457,12 @@ def _bias(ends, rows, e, x):
         return dv, jnp.cross(alpha, v) + jnp.cross(omega, dv)
 
     def frame(rate):  # of the frame e turns with: a, or b for across_b rows (none: point rows)
-        return rows.turning * _by_frame(rows, _at(rate[:, 0], rows.cut), _at(rate[:, 1], rows.cut))
+        return rows.turning * _by_frame(rows, rate[rows.cut, 0], rate[rows.cut, 1])
 
     de, dde = turn(e, frame(ends.omega), frame(ends.alpha))
-    dw, ddw = turn(x, _at(ends.omega[:, 1], rows.cut), _at(ends.alpha[:, 1], rows.cut))
-    dgap = _at(ends.velocity[:, 1] - ends.velocity[:, 0], rows.cut)
-    ddgap = _at(ends.acceleration[:, 1] - ends.acceleration[:, 0], rows.cut)
+    dw, ddw = turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1])
+    dgap = (ends.velocity[:, 1] - ends.velocity[:, 0])[rows.cut]
+    ddgap = (ends.acceleration[:, 1] - ends.acceleration[:, 0])[rows.cut]
     dx = rows.angle * dw + (1.0 - rows.angle) * dgap
     ddx = rows.angle * ddw + (1.0 - rows.angle) * ddgap
     return _dot(dde, x) + 2.0 * _dot(de, dx) + _dot(e, ddx)
