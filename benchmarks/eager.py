@@ -6,8 +6,8 @@ every row alike; report the ratios of this run).
 - the entry point with JAX inputs and with NumPy inputs (argument checks, one compiled
   program, the singular-state check), and with NumPy inputs converted by ``jnp.asarray`` first
   (what the checks did with them before: about 18 µs an array);
-- its compiled program called directly, the mechanism handed over as its 38 leaves (as the
-  entry point does);
+- its compiled program called directly with the mechanism as its 38 leaves (the entry point
+  hands them over packed into one array, `loopdyn.compilation.eager`);
 - ``jax.jit`` of a trivial function of one and of 38 arguments: JAX's dispatch floor;
 - the same program inside one compiled loop, per evaluation: the work itself.
 
@@ -77,7 +77,7 @@ def cases(name):
             lambda: ready(loopdyn.inverse_dynamics(mech, q, qd, tau, check=False)),
             1,
         ),
-        "its program alone (the mechanism as 38 leaves)": (
+        "its program alone, the mechanism as 38 leaves (the entry point packs them)": (
             lambda: ready(leaves_call(leaves, q, qd, tau)),
             1,
         ),
