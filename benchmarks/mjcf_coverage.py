@@ -210,7 +210,7 @@ NOTES = {
     "mujoco/test/engine/testdata/solver/model.xml": _TINY,
     "mujoco/test/testdata/model.xml": _TINY,
 }
-LEFT_OUT = "left out (load_mjcf(active=...) switches it on)"
+LEFT_OUT = "kept switched off (loopdyn.switch_equalities switches it on at run time)"
 VERDICTS = {
     "joint frictionloss (hinge/slide)": REFUSED + "; frictionloss='smooth' loads an approximation",
     "joint frictionloss (ball/free)": REFUSED,
