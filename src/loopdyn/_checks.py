@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import compilation
 from .mechanism import Mechanism
 
 # Arguments with one entry per configuration entry (nq), per coordinate (velocity, nv), and per
@@ -31,6 +32,14 @@ def expected_shape(mech: Mechanism, name: str) -> tuple[int, ...]:
     if name == "ctrl":
         return (len(mech.ctrl_names),)
     raise KeyError(name)
+
+
+@compilation.by_identity
+def _facts(mech):
+    """The mechanism's precision and the shape of each per-state argument, once per mechanism
+    (each attribute of an equinox module costs about a microsecond to read)."""
+    names = _PER_CONFIGURATION + _PER_COORDINATE + _PER_BODY + ("ctrl",)
+    return mech.q0.dtype, {name: expected_shape(mech, name) for name in names}
 
 
 def _describe(mech, name):
@@ -65,14 +74,15 @@ def check_arrays(mech: Mechanism, function: str, *, keep_numpy: bool = False, **
     Raises ``ValueError`` like ``forward_dynamics: tau must have shape (3,) (one entry per
     coordinate ['A', 'B', 'C']), got (2,)``; also for non-numeric input, for arguments that
     are not real numbers and for NaN or inf (the first entries named)."""
-    check_precision(mech, function)
-    dtype = mech.q0.dtype
+    dtype, shapes = _facts(mech)
+    if dtype != np.float64:
+        check_precision(mech, function)
     out = []
     for name, value in arrays.items():
         if value is None:
             out.append(None)
             continue
-        shape = expected_shape(mech, name)
+        shape = shapes[name]
         if not isinstance(value, jax.Array):  # jax arrays and tracers pass as they are
             try:
                 value = np.asarray(value)

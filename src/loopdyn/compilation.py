@@ -116,25 +116,32 @@ def array_jit(fun, *, options=OPTIONS, **kwargs):
     return call
 
 
-_PACKED = {}  # id(mechanism) -> (weak reference, its packing, its programs)
+def by_identity(fun):
+    """``fun(obj)`` computed once per live object, keyed by identity and dropped with the object:
+    for mechanisms, which are immutable and whose hashing costs more than a call."""
+    cache = {}
+
+    @functools.wraps(fun)
+    def call(obj):
+        key = id(obj)
+        entry = cache.get(key)
+        if entry is None or entry[0]() is not obj:
+            entry = cache[key] = (weakref.ref(obj, lambda _: cache.pop(key, None)), fun(obj))
+        return entry[1]
+
+    return call
 
 
+@by_identity
 def _packed(mech):
     """The leaves of ``mech`` packed into one float64 array on the device, their tree and shapes,
-    and a dict for the programs that take them; computed once per mechanism object (mechanisms
-    are immutable, and flattening one or hashing its tree costs more than its call). None where
-    a leaf is traced."""
-    key = id(mech)
-    entry = _PACKED.get(key)
-    if entry is None or entry[0]() is not mech:
-        leaves, structure = jax.tree.flatten(mech)
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return None
-        values = np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in leaves])
-        shapes = tuple(np.shape(x) for x in leaves)
-        reference = weakref.ref(mech, lambda _: _PACKED.pop(key, None))
-        entry = _PACKED[key] = (reference, (structure, shapes, jnp.asarray(values)), {})
-    return entry[1:]
+    and a dict for the programs that take them (flattening a mechanism costs more than its
+    call). None where a leaf is traced."""
+    leaves, structure = jax.tree.flatten(mech)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return None
+    values = np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in leaves])
+    return (structure, tuple(np.shape(x) for x in leaves), jnp.asarray(values)), {}
 
 
 def eager(fun, options=None):
