@@ -2,10 +2,12 @@
 compiled with them (top-level calls) give the numbers of the same functions nested in a user's
 ``jit``, ``vmap`` and ``grad`` (compiled without them: JAX refuses options on inner jits)."""
 
+import gc
 import os
 import subprocess
 import sys
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,6 +61,25 @@ def test_eager_calls_give_the_jitted_numbers_for_numpy_and_jax_inputs():
         np.testing.assert_array_equal(loopdyn.forward_dynamics(mech, *args)[0], expected)
     back = loopdyn.inverse_dynamics(mech, q, qd, expected, check=False)
     np.testing.assert_allclose(back.tau, tau, rtol=0, atol=1e-12)
+
+
+def test_eager_calls_pack_each_mechanism_apart():
+    """An eager call hands the mechanism to its program packed once per mechanism object: a
+    changed copy (twice the masses) gets its own numbers, those of the jitted core, and the
+    packing goes with the object."""
+    mech = mechanisms.four_bar()
+    heavy = eqx.tree_at(lambda m: m.mass, mech, 2.0 * mech.mass)
+    q, qd, tau = mech.q0, jnp.array([0.3, -0.1, 0.2]), jnp.array([1.0, 0.0, 0.0])
+    core = jax.jit(lambda m, q, qd, tau: loopdyn.forward.solve(m, q, qd, tau).qdd)
+    light_qdd = loopdyn.forward_dynamics(mech, q, qd, tau)[0]
+    heavy_qdd = loopdyn.forward_dynamics(heavy, q, qd, tau)[0]
+    np.testing.assert_array_equal(heavy_qdd, core(heavy, q, qd, tau))
+    assert np.abs(heavy_qdd - light_qdd).max() > 0.1
+    key = id(heavy)
+    assert compilation._packed(heavy) is compilation._packed.cache[key][1]  # once per object
+    del heavy
+    gc.collect()
+    assert key not in compilation._packed.cache
 
 
 LOOP_KERNEL_RUN = """

@@ -129,6 +129,7 @@ def by_identity(fun):
             entry = cache[key] = (weakref.ref(obj, lambda _: cache.pop(key, None)), fun(obj))
         return entry[1]
 
+    call.cache = cache  # id -> (weak reference, value)
     return call
 
 
