@@ -168,10 +168,10 @@ def eager(fun, options=None):
         if entry is None or any(isinstance(x, jax.core.Tracer) for x in arrays):
             return fun(mech, *arrays, **static)  # inside a trace
         (structure, shapes, packed), programs = entry
-        key = (fun, *static.items())
-        run = programs.get(key)
+        static = tuple(sorted(static.items()))
+        run = programs.get((fun, static))
         if run is None:
-            run = programs[key] = program(structure, shapes, tuple(sorted(static.items())))
+            run = programs[fun, static] = program(structure, shapes, static)
         return run(packed, *arrays)
 
     return call

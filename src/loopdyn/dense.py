@@ -50,14 +50,19 @@ def _looped(f):
 
     @call.def_vmap
     def rule(axis_size, in_batched, *args):
-        args = [
-            x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-            for x, batched in zip(args, in_batched)
-        ]
+        args = _batched(axis_size, in_batched, args)
         out = jax.vmap(f)(*args) if _whole() else lax.map(lambda xs: call(*xs), args)
         return out, jax.tree.map(lambda _: True, out)
 
     return call
+
+
+def _batched(axis_size, in_batched, args):
+    """``args`` with the batch axis ``axis_size`` added to those ``vmap`` did not batch."""
+    return [
+        x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+        for x, batched in zip(args, in_batched)
+    ]
 
 
 def _whole():
@@ -97,10 +102,7 @@ def _looped_columns(kernel):
     def rule(axis_size, in_batched, *args):
         if not any(in_batched[:-1]):
             return jnp.moveaxis(solve(*args[:-1], jnp.moveaxis(args[-1], 0, -1)), -1, 0), True
-        args = [
-            x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-            for x, batched in zip(args, in_batched)
-        ]
+        args = _batched(axis_size, in_batched, args)
         if _whole():
             return jax.vmap(columns)(*args), True
         return lax.map(lambda xs: solve(*xs), args), True

@@ -104,8 +104,7 @@ def switch_equalities(mech: Mechanism, active: Mapping[str, bool]) -> Mechanism:
     wanted = {**now, **{name: bool(on) for name, on in active.items()}}
     if wanted == now:
         return mech
-    fields = (mech.cut_axis, mech.coupling_first, mech.coupling_reference)
-    if any(isinstance(x, jax.core.Tracer) for x in fields):
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(mech)):
         raise ValueError(
             "switch_equalities changes the mechanism's loop structure: call it outside jit, "
             "vmap and grad"
@@ -189,20 +188,11 @@ def _equalities(mech):
     cut_arrays = [np.asarray(getattr(mech, f"cut_{f}")) for f in _CUT_FIELDS]
     coupling_arrays = [np.asarray(getattr(mech, f"coupling_{f}")) for f in _COUPLING_FIELDS]
     on_cuts = {
-        cut.name: _Cut(
-            cut.name,
-            cut.kind,
-            cut.body_a,
-            cut.body_b,
-            *(x[c] for x in cut_arrays),
-        )
+        cut.name: _Cut(cut.name, cut.kind, cut.body_a, cut.body_b, *(x[c] for x in cut_arrays))
         for c, cut in enumerate(mech.cut_joints)
     }
     on_couplings = {
-        name: _Coupling(
-            name,
-            *(x[k] for x in coupling_arrays),
-        )
+        name: _Coupling(name, *(x[k] for x in coupling_arrays))
         for k, name in enumerate(mech.coupling_names)
     }
     cuts, couplings = [], []

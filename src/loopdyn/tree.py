@@ -792,15 +792,6 @@ def _inertia_blocks(mech, params, frames, ranges):
     return [stack[0] for stack in _inertia_block_stacks(mech, params, frames, groups)]
 
 
-def _rows_at(x, index):
-    """``x[index]`` for a static index array: a slice when ``index`` is a contiguous range (XLA
-    runs a gather as an index loop)."""
-    start = int(index.flat[0])
-    if np.array_equal(index.ravel(), np.arange(start, start + index.size)):
-        return x[start : start + index.size].reshape(index.shape + x.shape[1:])
-    return x[index]
-
-
 def _inertia_block_stacks(mech, params, frames, groups):
     """`_inertia_blocks` of equal-size ranges stacked, one gather per group: ``groups`` holds
     ``(size, starts)``; each stack is ``(len(starts), size, size)``. ``I_ij = p_j . (C_i p_i)``
@@ -812,10 +803,10 @@ def _inertia_block_stacks(mech, params, frames, groups):
         mask = on_path[k[:, :, None], k[:, None, :]][..., None]
         # a dot_general, not a multiply-and-sum: XLA's CPU reduction of the (g, size, size, d)
         # product was most of a single Cassie mass matrix (51 -> 35 us per evaluation)
-        products = jnp.einsum("gidb,gjdb->gijb", _rows_at(force, k), _rows_at(s, k))
+        products = jnp.einsum("gidb,gjdb->gijb", placement.take(force, k), placement.take(s, k))
         lower = jnp.where(mask, products, 0.0)
         diagonal = np.eye(size, dtype=bool)[..., None]
-        armature = _rows_at(params.armature, k)[:, :, None]
+        armature = placement.take(params.armature, k)[:, :, None]
         stacks.append(lower + jnp.where(diagonal, armature, jnp.swapaxes(lower, 1, 2)))
     return stacks
 
