@@ -16,6 +16,7 @@ from . import (
     parameters,
     prescribed,
     redundancy,
+    rosenbrock,
     shaking,
     sharding,
     simulation,
@@ -30,10 +31,12 @@ from .inverse import inverse_dynamics
 from .io.mjcf import load_mjcf
 from .io.urdf import load_urdf
 from .mechanism import CutJoint, Mechanism, MechanismBuilder
+from .rosenbrock import ROS34PW2
 from .sharding import batch
 from .simulation import Simulation, simulate
 
 __all__ = [
+    "ROS34PW2",
     "CutJoint",
     "Mechanism",
     "MechanismBuilder",
@@ -59,6 +62,7 @@ __all__ = [
     "parameters",
     "prescribed",
     "redundancy",
+    "rosenbrock",
     "shaking",
     "sharding",
     "simulate",

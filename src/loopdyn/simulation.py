@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import compilation, configuration, dense, energy, forward, kinematics
+from . import compilation, configuration, dense, energy, forward, kinematics, rosenbrock
 from ._checks import check_arrays, check_finite
 from .io.files import write_atomic
 from .mechanism import Mechanism
@@ -61,7 +61,8 @@ STABILIZATIONS = ("none", "baumgarte", "embedding")
 SUCCESS, MAX_STEPS, FAILED = 0, 1, 2
 _REMEDIES = {
     MAX_STEPS: "max_steps was reached: raise max_steps, loosen rtol/atol, or use an implicit "
-    "solver (e.g. diffrax.Kvaerno5()) if stiff spring-dampers make the problem stiff",
+    "solver if stiff dampers or springs make the problem stiff: loopdyn.ROS34PW2() for the "
+    "joints' own (at rtol of 1e-3 to 1e-6), diffrax.Kvaerno5() for spring-dampers between bodies",
     FAILED: "the step size collapsed: the constraints became singular (a dead centre or change "
     "point, where the multipliers grow without bound) or the dynamics returned NaN; "
     "kinematics.check_jacobian(mech, result.q[-1]) names the loop at the last saved state",
@@ -307,9 +308,30 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         nan = jnp.where(solution.singular, jnp.nan, 0.0)  # rejects the step: never a silent NaN
         return configuration.rate(mech, q, qd), solution.qdd + nan
 
-    controller = diffrax.PIDController(rtol=rtol, atol=atol)
+    def stage(t, y, y0, args, hg, s):
+        """ROS34PW2's stage solve (`rosenbrock`) with ``W`` the Jacobian of the joints' dampers
+        and springs, ``[[0, R], [-G K P, -G D]]``: the dynamics with the armature raised by
+        ``hg damping + hg^2 stiffness`` and the joint forces by ``-damping s_qd - stiffness
+        (P s_q + hg (qd + s_qd))`` (``P`` picks the scalar coordinates, where ``R P = I``)."""
+        (q, qd), (s_q, s_qd), (mech, inputs, t1) = y, s, args
+        raised = mech.armature + hg * mech.damping + hg**2 * mech.stiffness
+        force = mech.damping * s_qd + mech.stiffness * (
+            configuration.scalar_coordinates(mech, s_q) + hg * (qd + s_qd)
+        )
+        tau, ctrl = _inputs(inputs, t1)(t, q, qd)
+        implicit = eqx.tree_at(lambda m: m.armature, mech, raised)
+        solution = _accelerations(implicit, q, qd, (tau - force, ctrl), options)
+        qdd = solution.qdd + jnp.where(solution.singular, jnp.nan, 0.0)
+        rate = configuration.rate(mech, q, qd) + configuration.rate(mech, y0[0], hg * qdd + s_qd)
+        return rate, qdd
+
+    controller = _FirstStep(diffrax.PIDController(rtol=rtol, atol=atol), jax.lax.stop_gradient(dt0))
+    term = diffrax.ODETerm(field)
+    if isinstance(options.solver, rosenbrock.ROS34PW2):
+        term = rosenbrock.LinearlyImplicitTerm(field, stage)
+        controller = diffrax.ClipStepSizeController(controller, step_ts=ts)
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field),
+        term,
         solver,
         0.0,
         t1,
@@ -318,7 +340,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         args=(mech, inputs, t1),
         saveat=diffrax.SaveAt(ts=ts),
         adjoint=options.adjoint,
-        stepsize_controller=_FirstStep(controller, jax.lax.stop_gradient(dt0)),
+        stepsize_controller=controller,
         max_steps=options.max_steps,
         throw=False,
     )
@@ -407,7 +429,11 @@ def simulate(
     none act. ``method``: see
     `forward`. ``solver``: any diffrax solver (default ``Tsit5``) with a PID step-size controller at
     ``rtol``/``atol``, first step ``dt0`` (default ``t1 * 1e-5``; the controller grows it up to
-    tenfold per step). ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
+    tenfold per step), or `loopdyn.ROS34PW2` (`loopdyn.rosenbrock`): linearly implicit in the
+    joints' damping and stiffness, for models whose light damped or sprung bodies make an
+    explicit solver's steps tiny (Cassie, rtol 1e-3: 523 steps against Tsit5's 3,844;
+    benchmarks/results/cassie.md); order 3, so at tight tolerances Tsit5 takes fewer steps;
+    its steps land on the save times. ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
     ``diffrax.SaveAt(ts=...)``. ``stabilization``: ``"none"``, ``"baumgarte"`` with gains
     ``baumgarte = (alpha, beta)`` in 1/s, or ``"embedding"`` (module docstring). ``independent``:
     the coordinates held by ``assemble`` and by ``method="embedding"`` (default
@@ -447,11 +473,18 @@ def simulate(
     adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint
     if not isinstance(adjoint, diffrax.AbstractAdjoint):
         raise TypeError(f"simulate: adjoint must be a diffrax adjoint, got {adjoint!r}")
-    if isinstance(adjoint, diffrax.BacksolveAdjoint) and stabilization == "embedding":
+    if isinstance(adjoint, diffrax.BacksolveAdjoint) and (
+        stabilization == "embedding" or isinstance(solver, rosenbrock.ROS34PW2)
+    ):
+        what = (
+            "differentiate stabilization='embedding' (the projection after each step is not "
+            "part of the vector field)"
+            if stabilization == "embedding"
+            else "run solver=ROS34PW2 (the adjoint equations have no stage solve of their own)"
+        )
         raise ValueError(
-            "simulate: adjoint=BacksolveAdjoint cannot differentiate stabilization='embedding' "
-            "(the projection after each step is not part of the vector field); use the default "
-            "RecursiveCheckpointAdjoint"
+            f"simulate: adjoint=BacksolveAdjoint cannot {what}; use the default "
+            "RecursiveCheckpointAdjoint or ForwardMode"
         )
     if mech.topology.loops and independent is None and (method == "embedding" or assemble):
         independent = forward.independent_coordinates(mech, q0, prefer_actuated=assemble)
