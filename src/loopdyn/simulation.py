@@ -431,9 +431,9 @@ def simulate(
     ``rtol``/``atol``, first step ``dt0`` (default ``t1 * 1e-5``; the controller grows it up to
     tenfold per step), or `loopdyn.ROS34PW2` (`loopdyn.rosenbrock`): linearly implicit in the
     joints' damping and stiffness, for models whose light damped or sprung bodies make an
-    explicit solver's steps tiny (Cassie, rtol 1e-3: 523 steps against Tsit5's 3,844;
-    benchmarks/results/cassie.md); order 3, so at tight tolerances Tsit5 takes fewer steps;
-    its steps land on the save times. ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
+    explicit solver's steps tiny (Cassie's 2 s fall: 225 steps at rtol 1e-2, where Tsit5 takes
+    over 3,700 at any tolerance; benchmarks/results/cassie.md); order 3, so at tight
+    tolerances Tsit5 takes fewer steps; its steps land on the save times. ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
     ``diffrax.SaveAt(ts=...)``. ``stabilization``: ``"none"``, ``"baumgarte"`` with gains
     ``baumgarte = (alpha, beta)`` in 1/s, or ``"embedding"`` (module docstring). ``independent``:
     the coordinates held by ``assemble`` and by ``method="embedding"`` (default
