@@ -309,13 +309,16 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         return configuration.rate(mech, q, qd), solution.qdd + nan
 
     def stage(t, y, y0, args, hg, s):
-        """ROS34PW2's stage solve (`rosenbrock`) with ``W`` the Jacobian of the joints' dampers
-        and springs, ``[[0, R], [-G K P, -G D]]``: the dynamics with the armature raised by
-        ``hg damping + hg^2 stiffness`` and the joint forces by ``-damping s_qd - stiffness
-        (P s_q + hg (qd + s_qd))`` (``P`` picks the scalar coordinates, where ``R P = I``)."""
+        """ROS34PW2's stage solve (`rosenbrock`) with ``W`` the Jacobian of the joints' dampers,
+        smoothed friction and springs at the step's start, ``[[0, R], [-G K P, -G D]]``
+        (``D`` the dampers plus the friction's slope at ``qd0``): the dynamics with the
+        armature raised by ``hg D + hg^2 K`` and the joint forces by ``-D s_qd - K (P s_q +
+        hg (qd + s_qd))`` (``P`` picks the scalar coordinates, where ``R P = I``)."""
         (q, qd), (s_q, s_qd), (mech, inputs, t1) = y, s, args
-        raised = mech.armature + hg * mech.damping + hg**2 * mech.stiffness
-        force = mech.damping * s_qd + mech.stiffness * (
+        slip = jnp.tanh(y0[1] / mech.friction_velocity)
+        damping = mech.damping + mech.frictionloss / mech.friction_velocity * (1.0 - slip**2)
+        raised = mech.armature + hg * damping + hg**2 * mech.stiffness
+        force = damping * s_qd + mech.stiffness * (
             configuration.scalar_coordinates(mech, s_q) + hg * (qd + s_qd)
         )
         tau, ctrl = _inputs(inputs, t1)(t, q, qd)
