@@ -24,9 +24,12 @@ def _point_state(rotation, position, twist, point):
     return position + rotation @ point, velocity
 
 
-def spring_lengths(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " s"]:
-    """Current length ``L`` of every spring."""
-    position, rotation = tree.forward_kinematics(mech, q)
+def spring_lengths(mech: Mechanism, q: Float[Array, " n"], frames=None) -> Float[Array, " s"]:
+    """Current length ``L`` of every spring; ``frames``: the bodies' ``(position, rotation)`` at
+    ``q`` when known (`tree.forward_kinematics`)."""
+    if not mech.spring_bodies:
+        return jnp.zeros(0, jnp.result_type(q))
+    position, rotation = tree.forward_kinematics(mech, q) if frames is None else frames
     lengths = []
     for k, (a, b) in enumerate(mech.spring_bodies):
         ends = [
@@ -34,7 +37,7 @@ def spring_lengths(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " s"]
             for body, point in ((a, mech.spring_point_a[k]), (b, mech.spring_point_b[k]))
         ]
         lengths.append(jnp.linalg.norm(ends[1] - ends[0]))
-    return jnp.stack(lengths) if lengths else jnp.zeros(0, q.dtype)
+    return jnp.stack(lengths)
 
 
 def spring_wrenches(

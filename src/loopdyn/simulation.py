@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import compilation, configuration, dense, energy, forward, kinematics, rosenbrock
+from . import compilation, configuration, dense, energy, forward, kinematics, rosenbrock, tree
 from ._checks import check_arrays, check_finite
 from .io.files import write_atomic
 from .mechanism import Mechanism
@@ -354,12 +354,16 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
 
     def measured(state):
         t, q, qd = state
-        phi, jac, _ = kinematics.loop_terms(mech, q, qd)
+        motion = tree.body_motion(mech, q, qd)  # one tree pass for the loops and the energy
+        if mech.topology.loops:
+            phi, jac, _ = kinematics.loop_terms_at(mech, motion)
+        else:
+            phi, jac, _ = kinematics.loop_terms(mech, q, qd)
         lam = None
         if options.multipliers:  # a second copy of the dynamics in the program
             lam = _accelerations(mech, q, qd, drive(t, q, qd), options).lam
         scale = 1.0 + jnp.max(jnp.abs(jac), initial=0.0) * jnp.linalg.norm(qd)
-        return lam, phi, jac @ qd, scale, energy.total_energy(mech, q, qd)
+        return lam, phi, jac @ qd, scale, energy.total_energy(mech, q, qd, motion)
 
     # The initial state (for the closure check) and the saved states, one after the other: a
     # loop compiles the dynamics as one state's (2.1 s against 3.0 s vmapped, 3-RRR).
