@@ -35,6 +35,7 @@ from . import (
     simulation,
 )
 from .io.files import load
+from .rosenbrock import ROS34PW2
 
 
 def speed_control(mech, rate, gain):
@@ -142,6 +143,9 @@ def use_cache(directory: str):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 
 
+SOLVERS = {"tsit5": None, "ros34pw2": ROS34PW2()}  # simulate's: None is its default, Tsit5
+
+
 def main(argv=None):
     """Run the command line. Bad input (a missing file, an unknown mechanism, a model loopdyn
     cannot represent, a state off its loops) ends with one line naming the problem and exit
@@ -163,6 +167,12 @@ def main(argv=None):
     cmd.add_argument("--t", type=positive, default=5.0, help="final time [s]")
     cmd.add_argument("--method", choices=forward.METHODS, default="auto")
     cmd.add_argument("--stabilization", choices=simulation.STABILIZATIONS, default="baumgarte")
+    cmd.add_argument(
+        "--solver",
+        choices=tuple(SOLVERS),
+        default="tsit5",
+        help="ros34pw2: implicit in the joints' dampers and springs (stiff MJCF models, loose rtol)",
+    )
     cmd.add_argument("--rtol", type=positive, default=1e-8, help="relative tolerance per step")
     cmd.add_argument("--atol", type=positive, default=1e-8, help="absolute tolerance [rad, m]")
     cmd.add_argument("--saves", type=int, default=301, help="number of saved instants")
@@ -209,7 +219,7 @@ def _dispatch(args):
         tau, qd0 = (
             (None, None) if args.drive is None else speed_control(mech, args.drive, args.gain)
         )
-        print(f"{args.mechanism}: {args.t:g} s, {args.method}, {args.stabilization}")
+        print(f"{args.mechanism}: {args.t:g} s, {args.method}, {args.stabilization}, {args.solver}")
         sim, torque = run(
             mech,
             args.t,
@@ -221,6 +231,7 @@ def _dispatch(args):
             rtol=args.rtol,
             atol=args.atol,
             multipliers=args.multipliers,
+            solver=SOLVERS[args.solver],
         )
         write(mech, sim, torque, args.out, args.plot, args.gif, args.mechanism)
         if not sim.succeeded:
