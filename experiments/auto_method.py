@@ -1,6 +1,7 @@
-"""Where method "auto" should run "recursive" rather than "sslm": both methods' time on the
-library's mechanisms and on the MJCF chain ladder of k four-bars (every loop through one chain of
-k + 1 coordinates), beside what `loopdyn.forward.choose_method` picks.
+"""What method "auto" should run: "slm", "sslm" and "recursive" timed on the library's
+mechanisms, on the MJCF chain ladder of k four-bars (every loop through one chain of k + 1
+coordinates) and on Cassie (Pinocchio's closed_chain.xml: every loop through the one subsystem
+that hangs from the free base), beside what `loopdyn.forward.choose_method` picks.
 
 Per mechanism and method: the time of one forward-dynamics evaluation inside a compiled loop of
 LOOP evaluations (a single state, as in a simulation's step; the state moves a little every
@@ -17,6 +18,7 @@ import pathlib
 import statistics
 import sys
 import time
+import warnings
 
 import jax
 
@@ -32,7 +34,7 @@ from _peers import ladder_chain_mjcf
 from recursive_ladder import B, machine, states, write
 
 import loopdyn
-from loopdyn import compilation, forward, mechanisms
+from loopdyn import compilation, forward, mechanisms, recursive
 
 LOOP, RUNS = 200, 7
 CASES = {
@@ -44,8 +46,17 @@ CASES = {
     **{
         f"chain_ladder{k}": (lambda k=k: loopdyn.load_mjcf(ladder_chain_mjcf(k))) for k in (4, 6, 8)
     },
+    "cassie": lambda: cassie(),
 }
-METHODS = ("sslm", "recursive")
+
+
+def cassie():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its joint limits, which loopdyn ignores
+        return loopdyn.load_mjcf(HERE.parent / "tests" / "data" / "published" / "closed_chain.xml")
+
+
+METHODS = ("slm", "sslm", "recursive")
 
 
 def median_call(f, *args):
@@ -84,37 +95,38 @@ def measure(mech, method, q, qd, tau):
 def report(results):
     m = results["machine"]
     lines = [
-        '# Method "auto": sslm or recursive',
+        '# Method "auto": slm, sslm or recursive',
         "",
         (
             f"Machine: {m['cpu']}, {m['cores']} cores, pinned to {m['affinity']}; jax {m['jax']}. "
-            f"Load average before {results['load_before']}, after {results['load_after']} (the other "
-            "core was running a benchmark: compare the two methods within a row). Written by "
-            "experiments/auto_method.py."
+            f"Load average before {results['load_before']}, after {results['load_after']}. "
+            "Written by experiments/auto_method.py."
         ),
         "",
         (
             f"*single*: µs per evaluation inside a compiled loop of {LOOP}; *batched*: µs per state of "
-            f"`jit(vmap)` over B = {B}; median of {RUNS} calls. *largest*: coordinates of the largest "
-            "subsystem that loops act on; *auto*: `forward.choose_method` (both structure, taken from "
-            "the code when the file is written: `--report-only` rewrites them, the timings kept)."
+            f"`jit(vmap)` over B = {B}; median of {RUNS} calls; -: the method does not apply. "
+            "*largest*: coordinates of the largest subsystem that loops act on; *subsystems*: how "
+            "many subsystems loops act on; *auto*: `forward.choose_method` (structure columns taken "
+            "from the code when the file is written: `--report-only` rewrites them, the timings kept)."
         ),
         "",
-        (
-            "| mechanism | largest | auto | sslm single | recursive single | sslm batched | "
-            "recursive batched | faster single / batched |"
-        ),
-        "|---|---:|---|---:|---:|---:|---:|---|",
+        "| mechanism | largest | subsystems | auto | "
+        + " | ".join(f"{x} single" for x in METHODS)
+        + " | "
+        + " | ".join(f"{x} batched" for x in METHODS)
+        + " | fastest single / batched |",
+        "|---|---:|---:|---|" + "---:|" * (2 * len(METHODS)) + "---|",
     ]
     for name, r in results["cases"].items():
-        s, rec = r["sslm"], r["recursive"]
-        faster = [
-            "sslm" if s[f"{x}_us"] <= rec[f"{x}_us"] else "recursive" for x in ("single", "batched")
-        ]
+        cells, fastest = [], []
+        for x in ("single", "batched"):
+            times = {k: r[k][f"{x}_us"] for k in METHODS if r.get(k)}
+            cells += [f"{r[k][f'{x}_us']:.2f}" if r.get(k) else "-" for k in METHODS]
+            fastest.append(min(times, key=times.get))
         lines.append(
-            f"| {name} | {r['largest']} | {r['auto']} | {s['single_us']:.2f} | "
-            f"{rec['single_us']:.2f} | {s['batched_us']:.2f} | {rec['batched_us']:.2f} | "
-            f"{' / '.join(faster)} |"
+            f"| {name} | {r['largest']} | {r['subsystems']} | {r['auto']} | {' | '.join(cells)} | "
+            f"{' / '.join(fastest)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -123,7 +135,11 @@ def structure(mech):
     """The largest subsystem that loops act on (coordinates) and what "auto" picks there."""
     top = mech.topology
     sizes = [stop - start for start, stop in top.coordinate_slices]
-    return {"largest": max(sizes[j] for _, j in top.blocks), "auto": forward.choose_method(mech)}
+    return {
+        "largest": max(sizes[j] for _, j in top.blocks),
+        "subsystems": len({j for _, j in top.blocks}),
+        "auto": forward.choose_method(mech),
+    }
 
 
 def main():
@@ -140,7 +156,8 @@ def main():
         q, qd, tau = states(mech)
         row = structure(mech)
         for method in METHODS:
-            row[method] = measure(mech, method, q, qd, tau)
+            applies = method != "recursive" or recursive.supported(mech)
+            row[method] = measure(mech, method, q, qd, tau) if applies else None
             print(name, method, row[method], flush=True)
         results["cases"][name] = row
     results["load_after"] = os.getloadavg()
