@@ -6,7 +6,7 @@ an explicit solver's step by stability, not accuracy: the damped velocity mode d
 ``W`` close to the Jacobian ``df/dy``, solving one linear system per stage instead of a
 nonlinear one; a W-method keeps its order for *any* ``W``, so ``W`` need only hold the stiff
 part. For the constrained dynamics ``y = (q, qd)``, ``W`` is the share of the Jacobian that
-the joints' own dampers ``D`` and springs ``K`` make, ``W = [[0, R], [-G K P, -G D]]`` (``R``
+the joints' own dampers ``D`` (with the smoothed friction's slope) and springs ``K`` make, ``W = [[0, R], [-G K P, -G D]]`` (``R``
 the configuration rate's map from velocities, ``P`` its inverse on the scalar coordinates,
 ``G`` the constrained inverse inertia), and its stage system is a forward dynamics solve with
 the mass matrix ``M + h gamma D + (h gamma)^2 K``: the armature raised (MuJoCo's Euler

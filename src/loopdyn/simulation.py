@@ -170,6 +170,12 @@ def _accelerations(mech, q, qd, inputs, options):
     )  # fmt: skip
 
 
+def _rejecting(solution):
+    """The accelerations, NaN at a singular state: the solver rejects the step, never a
+    silent NaN in the results."""
+    return solution.qdd + jnp.where(solution.singular, jnp.nan, 0.0)
+
+
 def _inputs(inputs, t1):
     """``(tau, ctrl)`` as one function of ``(t, q, qd)`` (`_torque` each; ctrl may be None)."""
     tau, ctrl = (None if x is None else _torque(x, t1) for x in inputs)
@@ -305,8 +311,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     def field(t, y, args):  # the parameters come in ``args``, as BacksolveAdjoint needs
         (q, qd), (mech, inputs, t1) = y, args
         solution = _accelerations(mech, q, qd, _inputs(inputs, t1)(t, q, qd), options)
-        nan = jnp.where(solution.singular, jnp.nan, 0.0)  # rejects the step: never a silent NaN
-        return configuration.rate(mech, q, qd), solution.qdd + nan
+        return configuration.rate(mech, q, qd), _rejecting(solution)
 
     def stage(t, y, y0, args, hg, s):
         """ROS34PW2's stage solve (`rosenbrock`) with ``W`` the Jacobian of the joints' dampers,
@@ -323,8 +328,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         )
         tau, ctrl = _inputs(inputs, t1)(t, q, qd)
         implicit = eqx.tree_at(lambda m: m.armature, mech, raised)
-        solution = _accelerations(implicit, q, qd, (tau - force, ctrl), options)
-        qdd = solution.qdd + jnp.where(solution.singular, jnp.nan, 0.0)
+        qdd = _rejecting(_accelerations(implicit, q, qd, (tau - force, ctrl), options))
         rate = configuration.rate(mech, q, qd) + configuration.rate(mech, y0[0], hg * qdd + s_qd)
         return rate, qdd
 
