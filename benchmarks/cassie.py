@@ -130,15 +130,25 @@ def simulation(mech, t1=T1, reference_rtol=1e-10):
     for rtol in (1e-6, 1e-7):
         begin = time.perf_counter()
         loose = jax.block_until_ready(run(rtol))
-        row = {"rtol": rtol, "run_s": time.perf_counter() - begin}
-        row |= {"steps": int(loose.stats.steps), "succeeded": bool(loose.succeeded)}
-        row["max_loop_residual"] = float(np.max(loose.loop_residual[:, 0]))
-        row["error"] = float(np.max(np.abs(np.asarray(loose.q) - np.asarray(reference.q))))
+        row = {"rtol": rtol, "run_s": time.perf_counter() - begin, **outcome(loose, reference)}
         out["sweep"].append(row)
         print("simulation", json.dumps(row), flush=True)
     out["rosenbrock"] = rosenbrock_sweep(mech, q0, v0, t1, reference)
     print("simulation", json.dumps(out), flush=True)
     return out, (q0, v0, np.asarray(reference.ts), np.asarray(reference.q))
+
+
+def outcome(sim, reference):
+    """A run's steps, success, loop residual, quaternion norm drift and error against the
+    reference run (max over the saves of max |q - q_ref|)."""
+    return {
+        "steps": int(sim.stats.steps),
+        "rejected": int(sim.stats.rejected_steps),
+        "succeeded": bool(sim.succeeded),
+        "max_loop_residual": float(np.max(sim.loop_residual[:, 0])),
+        "quaternion_norm_drift": float(np.max(np.abs(np.asarray(sim.quaternion_norm) - 1))),
+        "error": float(np.max(np.abs(np.asarray(sim.q) - np.asarray(reference.q)))),
+    }
 
 
 def rosenbrock_sweep(mech, q0, v0, t1, reference, rtols=(1e-2, 3e-3, 1e-3, 1e-4)):
@@ -153,13 +163,8 @@ def rosenbrock_sweep(mech, q0, v0, t1, reference, rtols=(1e-2, 3e-3, 1e-3, 1e-4)
     for rtol in rtols:
         sim = jax.block_until_ready(run(rtol))
         row = {"rtol": rtol, "run_s": median_time(lambda: jax.block_until_ready(run(rtol)), 1, 3)}
-        row |= {"steps": int(sim.stats.steps), "rejected": int(sim.stats.rejected_steps)}
-        row["succeeded"] = bool(sim.succeeded)
-        row["max_loop_residual"] = float(np.max(sim.loop_residual[:, 0]))
-        row["quaternion_norm_drift"] = float(np.max(np.abs(np.asarray(sim.quaternion_norm) - 1)))
-        row["error"] = float(np.max(np.abs(np.asarray(sim.q) - np.asarray(reference.q))))
-        rows.append(row)
-        print("rosenbrock", json.dumps(row), flush=True)
+        rows.append(row | outcome(sim, reference))
+        print("rosenbrock", json.dumps(rows[-1]), flush=True)
     return {"first_call_s": first_call_s, "rows": rows}
 
 

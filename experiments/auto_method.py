@@ -37,6 +37,14 @@ import loopdyn
 from loopdyn import compilation, forward, mechanisms, recursive
 
 LOOP, RUNS = 200, 7
+
+
+def cassie():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its joint limits, which loopdyn ignores
+        return loopdyn.load_mjcf(HERE.parent / "tests" / "data" / "published" / "closed_chain.xml")
+
+
 CASES = {
     "four_bar": mechanisms.four_bar,
     "three_rrr": mechanisms.three_rrr,
@@ -46,14 +54,8 @@ CASES = {
     **{
         f"chain_ladder{k}": (lambda k=k: loopdyn.load_mjcf(ladder_chain_mjcf(k))) for k in (4, 6, 8)
     },
-    "cassie": lambda: cassie(),
+    "cassie": cassie,
 }
-
-
-def cassie():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # its joint limits, which loopdyn ignores
-        return loopdyn.load_mjcf(HERE.parent / "tests" / "data" / "published" / "closed_chain.xml")
 
 
 METHODS = ("slm", "sslm", "recursive")

@@ -509,8 +509,11 @@ def loop_terms_at(
     mech: Mechanism, motion: tree.Motion
 ) -> tuple[Float[Array, " m"], Float[Array, "m n"], Float[Array, " m"]]:
     """`loop_terms` from the bodies' motion at ``(q, qd)`` when the tree pass has already run
-    (`tree.system_terms` gives it with the dynamics); ``mech`` must have loops. ``J' qd`` needs
+    (`tree.system_terms` gives it with the dynamics); empty without loops. ``J' qd`` needs
     the motion at ``qd``."""
+    if not mech.topology.loops:
+        empty = jnp.zeros(0, motion.position.dtype)
+        return empty, jnp.zeros((0, mech.nv), empty.dtype), empty
     phi, (on_a, on_b), bias = _geometric(mech, motion)
     jac = None if on_a is None else _dense(mech, on_a, on_b)
     return tuple(_stacked(*pair) for pair in zip((phi, jac, bias), _couplings(mech, motion)))

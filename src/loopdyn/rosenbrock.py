@@ -59,7 +59,7 @@ class LinearlyImplicitTerm(diffrax.ODETerm):
     """An ODE term ``f(t, y, args)`` with the stage solve of a Rosenbrock-W method:
     ``stage(t, y, y0, args, hg, s) = (I - hg W)^-1 (f(t, y, args) + W s)``, ``W`` the chosen
     approximation of ``df/dy`` at the step's start ``y0`` and ``hg`` the step times the method's
-    ``gamma``. ``stage`` returning ``f(t, y, args) `` (``W = 0``) makes the method explicit."""
+    ``gamma``. ``stage`` returning ``f(t, y, args)`` (``W = 0``) makes the method explicit."""
 
     stage: Callable
 

@@ -359,10 +359,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
     def measured(state):
         t, q, qd = state
         motion = tree.body_motion(mech, q, qd)  # one tree pass for the loops and the energy
-        if mech.topology.loops:
-            phi, jac, _ = kinematics.loop_terms_at(mech, motion)
-        else:
-            phi, jac, _ = kinematics.loop_terms(mech, q, qd)
+        phi, jac, _ = kinematics.loop_terms_at(mech, motion)
         lam = None
         if options.multipliers:  # a second copy of the dynamics in the program
             lam = _accelerations(mech, q, qd, drive(t, q, qd), options).lam
@@ -444,8 +441,8 @@ def simulate(
     joints' damping and stiffness, for models whose light damped or sprung bodies make an
     explicit solver's steps tiny (Cassie's 2 s fall: 225 steps at rtol 1e-2, where Tsit5 takes
     over 3,700 at any tolerance; benchmarks/results/cassie.md); order 3, so at tight
-    tolerances Tsit5 takes fewer steps; its steps land on the save times. ``saveat``: times (default 201 evenly spaced, ``t1`` included) or a
-    ``diffrax.SaveAt(ts=...)``. ``stabilization``: ``"none"``, ``"baumgarte"`` with gains
+    tolerances Tsit5 takes fewer steps; its steps land on the save times. ``saveat``: times
+    (default 201 evenly spaced, ``t1`` included) or a ``diffrax.SaveAt(ts=...)``. ``stabilization``: ``"none"``, ``"baumgarte"`` with gains
     ``baumgarte = (alpha, beta)`` in 1/s, or ``"embedding"`` (module docstring). ``independent``:
     the coordinates held by ``assemble`` and by ``method="embedding"`` (default
     `forward.independent_coordinates` at ``q0``).
