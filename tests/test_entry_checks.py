@@ -40,6 +40,16 @@ def test_nan_and_inf_are_named_before_compiling(four_bar, entry, bad):
     assert time.perf_counter() - start < 1.0
 
 
+@pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics"])
+def test_nan_after_the_program_compiled_is_named_by_the_program(four_bar, entry):
+    """Eager calls leave the NaN check of later calls to their compiled program."""
+    _calls(four_bar)[entry](np.array(four_bar.q0), np.zeros(3))
+    qd = np.zeros(3)
+    qd[2] = np.nan
+    with pytest.raises(ValueError, match=rf"{entry}: qd\w* contains NaN or inf \(at \[2\]\)"):
+        _calls(four_bar)[entry](np.array(four_bar.q0), qd)
+
+
 @pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics", "simulate"])
 def test_wrong_shapes_are_named_before_compiling(four_bar, entry):
     start = time.perf_counter()

@@ -65,11 +65,12 @@ def check_precision(mech: Mechanism, function: str):
         )
 
 
-def check_arrays(mech: Mechanism, function: str, *, keep_numpy: bool = False, **arrays):
+def check_arrays(mech: Mechanism, function: str, *, eager: bool = False, **arrays):
     """Return the ``arrays`` as JAX arrays in the mechanism's precision after checking each shape
     and, when concrete, that it holds no NaN or inf (``None`` passes through); `check_precision`
-    first. ``keep_numpy``: NumPy input stays NumPy (a jitted call converts it for less than
-    ``jnp.asarray`` costs).
+    first. ``eager``: for the programs of `compilation.eager`, NumPy input stays NumPy (a jitted
+    call converts it for less than ``jnp.asarray`` costs) and NaN and inf are left to the
+    program, which reports them (`check_finite` names them then).
 
     Raises ``ValueError`` like ``forward_dynamics: tau must have shape (3,) (one entry per
     coordinate ['A', 'B', 'C']), got (2,)``; also for non-numeric input, for arguments that
@@ -96,18 +97,21 @@ def check_arrays(mech: Mechanism, function: str, *, keep_numpy: bool = False, **
         if value.dtype.kind not in "fiu":
             raise ValueError(f"{function}: {name} must be real numbers, got dtype {value.dtype}")
         out.append(value.astype(dtype) if value.dtype != dtype else value)
-    concrete = [x for x in out if x is not None and not isinstance(x, jax.core.Tracer)]
-    if concrete and not np.isfinite(np.concatenate([np.ravel(x) for x in concrete])).all():
-        check_finite(function, **{k: v for k, v in zip(arrays, out) if v is not None})
-    if not keep_numpy:
+    if not eager:
+        concrete = [x for x in out if x is not None and not isinstance(x, jax.core.Tracer)]
+        if concrete and not np.isfinite(np.concatenate([np.ravel(x) for x in concrete])).all():
+            check_finite(function, **{k: v for k, v in zip(arrays, out) if v is not None})
         out = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in out]
     return out[0] if len(out) == 1 else out
 
 
 def check_finite(function: str, **arrays):
-    """Eager check that concrete arrays hold no NaN or inf (skipped for traced values)."""
+    """Eager check that concrete arrays hold no NaN or inf (skipped for traced values and
+    None)."""
     for name, value in arrays.items():
-        if isinstance(value, jax.core.Tracer):  # checked at run time by the caller, if at all
+        if value is None or isinstance(
+            value, jax.core.Tracer
+        ):  # checked at run time by the caller, if at all
             continue
         concrete = np.asarray(value)
         if not np.isfinite(concrete).all():

@@ -75,7 +75,7 @@ from . import (
     recursive,
     tree,
 )
-from ._checks import check_arrays
+from ._checks import check_arrays, check_finite
 from .mechanism import Mechanism
 
 # The methods that apply to every mechanism; "recursive" needs a body graph that is a forest
@@ -613,19 +613,17 @@ def forward_dynamics(
     naming the loop when called eagerly, and an ``EquinoxRuntimeError`` under ``jit``; use
     `solve` for a flag instead. Compiled once per mechanism topology and method.
     """
+    eager = all(map(_is_concrete, (q, qd, tau, f_ext, ctrl, mech.mass)))  # one packed input
     q, qd, tau, f_ext, ctrl = check_arrays(
-        mech, "forward_dynamics", keep_numpy=True, q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
+        mech, "forward_dynamics", eager=eager, q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
     )
     check_method(method)
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
     independent = tuple(independent or ())
-    if _is_concrete(q) and _is_concrete(mech.mass):  # eager: one packed input
+    if eager:
         result = _eager(mech, q, qd, tau, f_ext, ctrl, method=method, independent=independent)
     else:
-        q, qd, tau, f_ext, ctrl = (
-            None if x is None else jnp.asarray(x) for x in (q, qd, tau, f_ext, ctrl)
-        )
         result = solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
     if _is_concrete(result.singular):
         if np.asarray(result.singular):  # bool() of a JAX array took 22 us longer (four-bar)
@@ -644,7 +642,10 @@ def forward_dynamics(
 _eager = compilation.eager(
     lambda mech, q, qd, tau, f_ext, ctrl, *, method, independent: solve(
         mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl
-    )
+    ),
+    lambda q, qd, tau, f_ext, ctrl: check_finite(
+        "forward_dynamics", q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
+    ),
 )
 
 

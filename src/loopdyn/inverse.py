@@ -60,7 +60,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from . import compilation, configuration, dense, forces, kinematics, spatial, topology, tree
-from ._checks import check_arrays
+from ._checks import check_arrays, check_finite
 from .mechanism import Mechanism
 
 METHODS = ("subsystem", "system")
@@ -550,7 +550,8 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
 
 
 _evaluate_once = compilation.eager(
-    lambda mech, q, qd, qdd, *, plan: _evaluate(mech, q, qd, qdd, plan)
+    lambda mech, q, qd, qdd, *, plan: _evaluate(mech, q, qd, qdd, plan),
+    lambda q, qd, qdd: check_finite("inverse_dynamics", q=q, qd=qd, qdd=qdd),
 )
 
 
@@ -584,7 +585,8 @@ def inverse_dynamics(
     cache. Called eagerly it runs one compiled program per mechanism topology and method.
     Works under ``jit``, ``vmap`` and ``grad``.
     """
-    q, qd, qdd = check_arrays(mech, "inverse_dynamics", q=q, qd=qd, qdd=qdd)
+    eager = not any(isinstance(x, jax.core.Tracer) for x in (q, qd, qdd, mech.mass))
+    q, qd, qdd = check_arrays(mech, "inverse_dynamics", eager=eager, q=q, qd=qd, qdd=qdd)
     plan = solve_plan(mech, method)
     evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan)
     if not check:
