@@ -204,6 +204,14 @@ def _rank(matrix):
     return int(np.sum(s > _RANK_RTOL * s.max(initial=0.0)))
 
 
+@compilation.by_identity
+def _whole_step(mech) -> Step:
+    """The one step over every subsystem and loop."""
+    top = mech.topology
+    return _step(mech, tuple(range(len(top.subsystems))), tuple(range(len(top.loops))))
+
+
+@compilation.by_identity
 def _subsystem_plan(mech):
     """Seed 002's subsystem recursion with determinacy decided by rank: a subsystem is solved
     alone when its step matrix has full column rank at closed configurations near ``q0`` (the
@@ -265,10 +273,7 @@ def solve_plan(mech: Mechanism, method: str = "subsystem") -> tuple[Step, ...]:
             stacklevel=3,
         )
     plan = _subsystem_plan(mech) if method == "subsystem" else None
-    if plan is None:
-        everything = tuple(range(len(top.subsystems)))
-        return (_step(mech, everything, tuple(range(len(top.loops)))),)
-    return plan
+    return (_whole_step(mech),) if plan is None else plan
 
 
 def _solve(matrix, rhs, num_actuators):
@@ -403,21 +408,19 @@ def _unchecked(x):
     return x
 
 
-def _check_state(mech, residuals, scales, tol):
+def _check_state(mech, evaluated, flags, tol):
     """Refuse a state that does not satisfy the loop constraints: name the loop and residual."""
-    top = mech.topology
-    levels = tuple(zip(("position", "velocity", "acceleration"), residuals))
-    bad = jnp.stack([jnp.max(jnp.abs(r), initial=0.0) / s for (_, r), s in zip(levels, scales)])
     message = (
         f"inverse_dynamics: the state does not satisfy the loop constraints to tol={tol:g} "
         "(Phi(q) = 0, J qd = 0, J qdd = -J' qd); assemble it with kinematics.assemble and "
         "project_velocity, or use prescribed.prescribed_motion"
     )
-    if isinstance(bad, jax.core.Tracer):
-        return lambda x: eqx.error_if(x, jnp.any(bad > tol), message)
-    for (level, r), s in zip(levels, scales):
-        r = np.abs(np.asarray(r)) / float(s)
-        if r.size and r.max() > tol:
+    if isinstance(flags, jax.core.Tracer):
+        return lambda x: eqx.error_if(x, jnp.any(flags[:3] > tol), message)
+    top, names = mech.topology, ("position", "velocity", "acceleration")
+    for level, r, s, ratio in zip(names, evaluated.levels, evaluated.scales, flags):
+        if ratio > tol:  # the loop named from the residual itself
+            r = np.abs(np.asarray(r)) / float(s)
             i = next(i for i in range(len(top.loops)) if r[top.rows(i)].max() > tol)
             raise ValueError(
                 f"{message}: the {level} residual of the loop of cut joint "
@@ -426,17 +429,16 @@ def _check_state(mech, residuals, scales, tol):
     return _unchecked
 
 
-def _check_producible(mech, tau_id, residual, tol):
+def _check_producible(mech, evaluated, flags, tol):
     """Refuse a motion the actuators cannot produce: name the mismatch."""
-    scale = 1.0 + jnp.max(jnp.abs(tau_id))
     message = (
         f"inverse_dynamics: the actuators {list(mech.actuator_names)} cannot produce this motion "
         f"({len(mech.actuated)} actuators for {mech.topology.dof} degrees of freedom)"
     )
-    if isinstance(residual, jax.core.Tracer):
-        return lambda x: eqx.error_if(x, jnp.max(jnp.abs(residual)) > tol * scale, message)
-    r = np.abs(np.asarray(residual))
-    if r.size and r.max() > tol * float(scale):
+    if isinstance(flags, jax.core.Tracer):
+        return lambda x: eqx.error_if(x, flags[3] > tol, message)
+    if flags[3] > tol:
+        r = np.abs(np.asarray(evaluated.unbalanced))
         worst = mech.coordinate_names[int(r.argmax())]
         raise ValueError(
             f"{message}: unbalanced generalized force {r.max():.3e} at coordinate {worst!r}"
@@ -444,29 +446,28 @@ def _check_producible(mech, tau_id, residual, tol):
     return _unchecked
 
 
-def _check_singular(mech, q, evaluated):
+def _check_singular(mech, q, evaluated, flags):
     """Refuse a configuration where the forces are not determined, never return NaN: J rank
     deficient (a change point, or dependent loop rows: `kinematics.check_jacobian` names the
     loop), the actuators losing control of the motion (``[B  J^T]`` rank deficient: an actuator
     singularity), or a non-finite result. Under ``jit`` only the last, by ``eqx.error_if``."""
-    finite = jnp.all(
-        jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(evaluated.result)])
-    )
     message = "inverse_dynamics: the forces are not determined at this configuration"
-    if isinstance(finite, jax.core.Tracer):
-        return lambda x: eqx.error_if(x, ~finite, message + " (non-finite result)")
-    jac, top = np.asarray(evaluated.jac), mech.topology
-    if jac.size and _rank(jac) < top.num_rows:
+    if isinstance(flags, jax.core.Tracer):
+        return lambda x: eqx.error_if(x, flags[4] == 0.0, message + " (non-finite result)")
+    jac, everything = np.asarray(evaluated.jac), _whole_step(mech)
+    rows, columns = everything.shape
+    # [B  J^T] of full column rank has J^T's columns independent: J's own rank is checked
+    # (first, for its message naming the loop) only where that does not tell.
+    whole = _rank(_matrix(mech, everything, jac)) if jac.size and np.all(np.isfinite(jac)) else 0
+    if jac.size and (whole < columns or columns > rows) and _rank(jac) < mech.topology.num_rows:
         kinematics.check_jacobian(mech, q, rtol=_RANK_RTOL)  # raises naming the loop
-    everything = _step(mech, tuple(range(len(top.subsystems))), tuple(range(len(top.loops))))
-    unknowns = min(everything.shape)
-    if jac.size and np.all(np.isfinite(jac)) and _rank(_matrix(mech, everything, jac)) < unknowns:
+    if jac.size and np.all(np.isfinite(jac)) and whole < min(rows, columns):
         raise ValueError(
             f"{message}: the actuators {list(mech.actuator_names)} lose control of the motion "
             "here (an actuator singularity: [B  J^T] is rank deficient, the driving forces "
             "would be unbounded or not unique)"
         )
-    if not bool(finite):
+    if flags[4] == 0.0:
         raise ValueError(f"{message}: the result is not finite (check q, qd, qdd for NaN or inf)")
     return _unchecked
 
@@ -478,6 +479,9 @@ class _Evaluated(NamedTuple):
     unbalanced: Array  # tau_id - B u - J^T lambda
     tau_id: Array
     jac: Array
+    # What the checks read, one transfer for an eager call: the residual of each level over
+    # its scale, |unbalanced| over 1 + |tau_id|, and 1 where the result is finite (else 0).
+    flags: Array
 
 
 def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
@@ -493,9 +497,7 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     phi, jac, bias = kinematics.loop_terms(mech, q, qd)
     scales = (1.0, 1.0 + jnp.max(jnp.abs(qd)), 1.0 + jnp.max(jnp.abs(qdd)) + jnp.max(qd**2))
     levels = (phi, jac @ qd, jac @ qdd + bias)
-    closure = jnp.max(
-        jnp.stack([jnp.max(jnp.abs(r), initial=0.0) / s for r, s in zip(levels, scales)])
-    )
+    ratios = jnp.stack([jnp.max(jnp.abs(r), initial=0.0) / s for r, s in zip(levels, scales)])
     u, lam = _multipliers(mech, plan, tau_id, jac)
     tau = jnp.zeros(mech.nv, q.dtype).at[np.array(mech.actuated, dtype=int)].set(u)
     unbalanced = tau_id - tau - jac.T @ lam
@@ -544,9 +546,12 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
         ground_force,
         ground_moment,
         jnp.max(jnp.abs(unbalanced), initial=0.0),
-        closure,
+        jnp.max(ratios),
     )
-    return _Evaluated(result, levels, scales, unbalanced, tau_id, jac)
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(result)]))
+    producible = result.residual / (1.0 + jnp.max(jnp.abs(tau_id)))
+    flags = jnp.concatenate([ratios, jnp.stack([producible, finite.astype(ratios.dtype)])])
+    return _Evaluated(result, levels, scales, unbalanced, tau_id, jac, flags)
 
 
 _evaluate_once = compilation.eager(
@@ -591,9 +596,13 @@ def inverse_dynamics(
     evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan)
     if not check:
         return evaluated.result
-    closed = _check_state(mech, evaluated.levels, evaluated.scales, tol)
-    determined = _check_singular(mech, q, evaluated)
-    producible = _check_producible(mech, evaluated.tau_id, evaluated.unbalanced, tol)
+    flags = evaluated.flags
+    flags = flags if isinstance(flags, jax.core.Tracer) else np.asarray(flags)
+    closed = _check_state(mech, evaluated, flags, tol)
+    determined = _check_singular(mech, q, evaluated, flags)
+    producible = _check_producible(mech, evaluated, flags, tol)
+    if closed is determined is producible is _unchecked:
+        return evaluated.result
     return jax.tree_util.tree_map(lambda x: producible(determined(closed(x))), evaluated.result)
 
 

@@ -728,9 +728,10 @@ def try_assemble(
     return Assembly(q, residual, (residual <= tol) & aligned)
 
 
-@compilation.jit
+@compilation.jit(options=compilation.SINGLE_STATE)
 def _assembled(mech, q_guess, free, tol, max_iter):
-    """Compiled once per mechanism topology and options, also when called eagerly."""
+    """Compiled once per mechanism topology and options, also when called eagerly (one state:
+    `compilation.SINGLE_STATE`, 0.9 instead of 1.5 s to compile for the 3-RRR)."""
     q = _closed(mech, q_guess, free, tol, max_iter) if free and mech.topology.loops else q_guess
     if not mech.topology.loops:
         return q, jnp.zeros((), q.dtype), jnp.asarray(True)

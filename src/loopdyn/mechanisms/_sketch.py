@@ -16,7 +16,8 @@ import numpy as np
 from .. import compilation, kinematics
 from ..mechanism import GROUND, Mechanism, MechanismBuilder
 
-_try_assemble = compilation.jit(kinematics.try_assemble)  # compiled once per topology
+# compiled once per topology, as one state's program (`compilation.SINGLE_STATE`)
+_try_assemble = compilation.jit(kinematics.try_assemble, options=compilation.SINGLE_STATE)
 
 
 def wrap(angle: float) -> float:
