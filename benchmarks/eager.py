@@ -4,12 +4,17 @@ process on one core, float64, interleaved round by round (a shared machine's loa
 every row alike; report the ratios of this run).
 
 - the entry point with JAX inputs and with NumPy inputs (argument checks, one compiled
-  program, the singular-state check), and with NumPy inputs converted by ``jnp.asarray`` first
-  (what the checks did with them before: about 18 µs an array);
+  program, the singular-state check); `loopdyn.inverse_dynamics` with its checks (closure,
+  rank, producible motion) and without, at a consistent state;
 - its compiled program called directly with the mechanism as its 38 leaves (the entry point
   hands them over packed into one array, `loopdyn.compilation.eager`);
 - ``jax.jit`` of a trivial function of one and of 38 arguments: JAX's dispatch floor;
 - the same program inside one compiled loop, per evaluation: the work itself.
+
+Each row twice: under JAX's default asynchronous dispatch on the CPU (a compiled program runs
+on a thread of XLA's pool while Python goes on) and in a second process with
+``jax_cpu_enable_async_dispatch`` off (the calling thread runs it: no hand-off between threads
+for a call whose result is read at once). JAX fixes the option when its CPU backend starts.
 
     .venv/bin/python benchmarks/eager.py [--quick] [--out PATH]
 
@@ -25,10 +30,14 @@ os.sched_setaffinity(0, {_CPUS[0]})  # before XLA starts its thread pools: one c
 import jax
 
 jax.config.update("jax_enable_x64", True)
+SYNCHRONOUS = "--synchronous" in sys.argv  # the second process (module docstring)
+if SYNCHRONOUS:
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 import argparse
 import json
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -51,6 +60,11 @@ def cases(name):
     n = mech.nv
     q, qd, tau = mech.q0, jnp.linspace(0.1, -0.2, n), jnp.linspace(1.0, -1.0, n)
     numpy = tuple(np.asarray(x) for x in (q, qd, tau))
+    # a consistent motion for inverse_dynamics: the velocity projected onto the constraints,
+    # the accelerations the actuators' torques give
+    moving = loopdyn.kinematics.project_velocity(mech, q, qd)
+    driven = jnp.zeros(n).at[np.array(mech.actuated)].set(1.0)
+    qdd = loopdyn.forward_dynamics(mech, q, moving, driven)[0]
     leaves, structure = jax.tree.flatten(mech)
 
     def by_leaves(leaves, q, qd, tau):
@@ -69,12 +83,12 @@ def cases(name):
     return {
         "forward_dynamics, JAX inputs": (lambda: loopdyn.forward_dynamics(mech, q, qd, tau), 1),
         "forward_dynamics, NumPy inputs": (lambda: loopdyn.forward_dynamics(mech, *numpy), 1),
-        "forward_dynamics, NumPy inputs converted by jnp.asarray first (the previous path)": (
-            lambda: loopdyn.forward_dynamics(mech, *(jnp.asarray(x) for x in numpy)),
+        "inverse_dynamics, JAX inputs (checked)": (
+            lambda: ready(loopdyn.inverse_dynamics(mech, q, moving, qdd)),
             1,
         ),
         "inverse_dynamics (check=False), JAX inputs": (
-            lambda: ready(loopdyn.inverse_dynamics(mech, q, qd, tau, check=False)),
+            lambda: ready(loopdyn.inverse_dynamics(mech, q, moving, qdd, check=False)),
             1,
         ),
         "its program alone, the mechanism as 38 leaves (the entry point packs them)": (
@@ -107,18 +121,33 @@ def measure(calls, rounds, number):
     return {k: {"min_s": min(v), "median_s": statistics.median(v)} for k, v in times.items()}
 
 
+def measure_all(rounds, number):
+    results = {}
+    for name in ("four_bar", "three_rrr"):
+        column = f"{name}, {'synchronous' if SYNCHRONOUS else 'default'} dispatch"
+        results[column] = measure(cases(name), rounds, number)
+        for label, r in results[column].items():
+            print(
+                f"{column}: {label}: {r['min_s'] * 1e6:.1f} us (median {r['median_s'] * 1e6:.1f})"
+            )
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/eager.md")
+    parser.add_argument("--synchronous", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     rounds, number = (5, 100) if args.quick else (30, 300)
+    if args.synchronous:  # the second process: its rows as JSON on the last line
+        print(json.dumps(measure_all(rounds, number)))
+        return
     info = machine()
-    results = {}
-    for name in ("four_bar", "three_rrr"):
-        results[name] = measure(cases(name), rounds, number)
-        for label, r in results[name].items():
-            print(f"{name}: {label}: {r['min_s'] * 1e6:.1f} us (median {r['median_s'] * 1e6:.1f})")
+    results = measure_all(rounds, number)
+    command = [sys.executable, __file__, "--synchronous"] + (["--quick"] if args.quick else [])
+    second = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    results |= json.loads(second.splitlines()[-1])
     info["load_average_end"] = os.getloadavg()
     raw = {"machine": info, "rounds": rounds, "calls_per_round": number, "results": results}
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1, default=str))
@@ -136,7 +165,9 @@ def markdown(raw):
         f"{load(m['load_average_end'])} at the end (a shared machine: compare within this run). "
         f"Every row timed {raw['calls_per_round']} calls a round, rows interleaved, "
         f"{raw['rounds']} rounds: the fastest round (the median in brackets), µs per call (the "
-        "loop row: per evaluation). Mechanisms at `q0`, SSLM.",
+        "loop row: per evaluation). Mechanisms at `q0`, SSLM. Default dispatch: JAX's "
+        "asynchronous dispatch on the CPU; synchronous: a second process with "
+        "`jax_cpu_enable_async_dispatch` off (its rows ran after the first process's).",
         "",
         "| | " + " | ".join(raw["results"]) + " |",
         "|---|" + "---:|" * len(raw["results"]),

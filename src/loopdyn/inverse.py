@@ -200,7 +200,11 @@ def _matrix(mech, step, jac):
 
 
 def _rank(matrix):
-    s = np.linalg.svd(matrix, compute_uv=False)
+    return _rank_of(np.linalg.svd(matrix, compute_uv=False))
+
+
+def _rank_of(s):
+    """The rank that singular values ``s`` give (none where they are not finite)."""
     return int(np.sum(s > _RANK_RTOL * s.max(initial=0.0)))
 
 
@@ -454,14 +458,11 @@ def _check_singular(mech, q, evaluated, flags):
     message = "inverse_dynamics: the forces are not determined at this configuration"
     if isinstance(flags, jax.core.Tracer):
         return lambda x: eqx.error_if(x, flags[4] == 0.0, message + " (non-finite result)")
-    jac, everything = np.asarray(evaluated.jac), _whole_step(mech)
-    rows, columns = everything.shape
-    # [B  J^T] of full column rank has J^T's columns independent: J's own rank is checked
-    # (first, for its message naming the loop) only where that does not tell.
-    whole = _rank(_matrix(mech, everything, jac)) if jac.size and np.all(np.isfinite(jac)) else 0
-    if jac.size and (whole < columns or columns > rows) and _rank(jac) < mech.topology.num_rows:
+    rows, columns = _whole_step(mech).shape
+    spectrum, whole_spectrum = (np.asarray(s) for s in evaluated.spectra)
+    if spectrum.size and _rank_of(spectrum) < mech.topology.num_rows:
         kinematics.check_jacobian(mech, q, rtol=_RANK_RTOL)  # raises naming the loop
-    if jac.size and np.all(np.isfinite(jac)) and whole < min(rows, columns):
+    if spectrum.size and _rank_of(whole_spectrum) < min(rows, columns):
         raise ValueError(
             f"{message}: the actuators {list(mech.actuator_names)} lose control of the motion "
             "here (an actuator singularity: [B  J^T] is rank deficient, the driving forces "
@@ -482,10 +483,12 @@ class _Evaluated(NamedTuple):
     # What the checks read, one transfer for an eager call: the residual of each level over
     # its scale, |unbalanced| over 1 + |tau_id|, and 1 where the result is finite (else 0).
     flags: Array
+    spectra: tuple | None  # eager calls: the singular values of J and of [B  J^T]
 
 
-def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
-    """The traceable core: no checks (``plan`` static, from `solve_plan`)."""
+def _evaluate(mech, q, qd, qdd, plan, spectra=False) -> _Evaluated:
+    """The traceable core: no checks (``plan`` static, from `solve_plan`); ``spectra``: also
+    the singular values the eager rank checks read (`_check_singular`)."""
     position, rotation = tree.forward_kinematics(mech, q)
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     carried = tree.joint_wrenches(mech, q, qd, qdd, springs)  # tips -> base, without the loops
@@ -551,11 +554,15 @@ def _evaluate(mech, q, qd, qdd, plan) -> _Evaluated:
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(result)]))
     producible = result.residual / (1.0 + jnp.max(jnp.abs(tau_id)))
     flags = jnp.concatenate([ratios, jnp.stack([producible, finite.astype(ratios.dtype)])])
-    return _Evaluated(result, levels, scales, unbalanced, tau_id, jac, flags)
+    if spectra:  # [B  J^T] with the coordinates in their order (the rank does not change)
+        b = np.eye(mech.nv)[:, list(mech.actuated)]
+        whole = jnp.concatenate([b, jac.T], axis=1)
+        spectra = tuple(dense.singular_values(x) if x.size else x[:0, 0] for x in (jac, whole))
+    return _Evaluated(result, levels, scales, unbalanced, tau_id, jac, flags, spectra or None)
 
 
 _evaluate_once = compilation.eager(
-    lambda mech, q, qd, qdd, *, plan: _evaluate(mech, q, qd, qdd, plan),
+    lambda mech, q, qd, qdd, *, plan, spectra: _evaluate(mech, q, qd, qdd, plan, spectra),
     lambda q, qd, qdd: check_finite("inverse_dynamics", q=q, qd=qd, qdd=qdd),
 )
 
@@ -593,7 +600,7 @@ def inverse_dynamics(
     eager = not any(isinstance(x, jax.core.Tracer) for x in (q, qd, qdd, mech.mass))
     q, qd, qdd = check_arrays(mech, "inverse_dynamics", eager=eager, q=q, qd=qd, qdd=qdd)
     plan = solve_plan(mech, method)
-    evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan)
+    evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan, spectra=eager and check)
     if not check:
         return evaluated.result
     flags = evaluated.flags
