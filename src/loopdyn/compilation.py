@@ -47,6 +47,13 @@ call about 0.3 us, and a mechanism has 38 arrays. The four-bar's program took 42
 them in NumPy first made an eager four-bar ``forward_dynamics`` 82 instead of 69 us (one core,
 2026-11-27; NumPy's work between two calls slows the next program run, more than it costs).
 
+JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
+while Python goes on. For an eager call whose result is read at once that hand-off is half the
+cost: an eager four-bar ``forward_dynamics`` took 87.5 us, and 41.9 us with
+``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
+(benchmarks/results/eager.md). That setting is global and fixed when the backend starts, so
+loopdyn leaves it to the user: scripts making many eager single-state calls gain by it.
+
 Single-state programs (`SINGLE_STATE`: `simulate`'s solve, eager `forward_dynamics` calls) are
 compiled with XLA's older fusion emitters (LLVM IR instead of MLIR), which compile them faster at
 the same run time: on one core, the first call of a 5 s 3-RRR `simulate` took 5.3-5.7 instead
