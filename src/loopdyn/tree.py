@@ -620,7 +620,8 @@ def _native(core, with_f_ext, base, params, arrays):
 
     def split(x):  # (*batch, ...) -> (count, ..., chunk), padded with the last state
         x = x.reshape((size,) + x.shape[len(batch) :])
-        x = jnp.concatenate([x, jnp.repeat(x[-1:], count * chunk - size, axis=0)])
+        if count * chunk > size:
+            x = jnp.concatenate([x, jnp.repeat(x[-1:], count * chunk - size, axis=0)])
         return jnp.moveaxis(x.reshape((count, chunk) + x.shape[1:]), 1, -1)
 
     shared = [None if p else x[..., None] for x, p in zip(leaves, per_state)]
@@ -639,7 +640,7 @@ def _native(core, with_f_ext, base, params, arrays):
 
     def join(o):  # (count, ..., chunk) -> (*batch, ...)
         o = jnp.moveaxis(o, -1, 1).reshape((count * chunk,) + o.shape[1:-1])
-        return o[:size].reshape(batch + o.shape[1:])
+        return (o[:size] if count * chunk > size else o).reshape(batch + o.shape[1:])
 
     return jax.tree.map(join, out)
 
