@@ -204,7 +204,7 @@ def _rank(matrix):
 
 
 def _rank_of(s):
-    """The rank that singular values ``s`` give (none where they are not finite)."""
+    """The rank that singular values ``s`` give."""
     return int(np.sum(s > _RANK_RTOL * s.max(initial=0.0)))
 
 
@@ -462,7 +462,8 @@ def _check_singular(mech, q, evaluated, flags):
     spectrum, whole_spectrum = (np.asarray(s) for s in evaluated.spectra)
     if spectrum.size and _rank_of(spectrum) < mech.topology.num_rows:
         kinematics.check_jacobian(mech, q, rtol=_RANK_RTOL)  # raises naming the loop
-    if spectrum.size and _rank_of(whole_spectrum) < min(rows, columns):
+    determinate = _rank_of(whole_spectrum) == min(rows, columns)
+    if spectrum.size and np.all(np.isfinite(whole_spectrum)) and not determinate:
         raise ValueError(
             f"{message}: the actuators {list(mech.actuator_names)} lose control of the motion "
             "here (an actuator singularity: [B  J^T] is rank deficient, the driving forces "
