@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,6 +49,21 @@ def test_nan_after_the_program_compiled_is_named_by_the_program(four_bar, entry)
     qd[2] = np.nan
     with pytest.raises(ValueError, match=rf"{entry}: qd\w* contains NaN or inf \(at \[2\]\)"):
         _calls(four_bar)[entry](np.array(four_bar.q0), qd)
+
+
+@pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics"])
+def test_nan_is_named_where_only_a_parameter_other_than_mass_is_traced(four_bar, entry):
+    """Concrete states with a mechanism traced in its gravity only take the traced path, where
+    the compiled eager program's NaN check does not run: NumPy's must."""
+    q = np.array(four_bar.q0)
+    q[0] = np.nan
+
+    def loss(g):
+        mech = eqx.tree_at(lambda m: m.gravity, four_bar, g)
+        return jnp.sum(_calls(mech)[entry](q, np.zeros(3))[0])
+
+    with pytest.raises(ValueError, match=rf"{entry}: q contains NaN or inf \(at \[0\]\)"):
+        jax.grad(loss)(four_bar.gravity)
 
 
 @pytest.mark.parametrize("entry", ["forward_dynamics", "inverse_dynamics", "simulate"])

@@ -154,6 +154,11 @@ def _packed(mech):
     return (structure, tuple(np.shape(x) for x in leaves), jnp.asarray(values)), {}
 
 
+def concrete(mech) -> bool:
+    """Whether every array of ``mech`` is concrete (none traced): an eager call can run."""
+    return _packed(mech) is not None
+
+
 def eager(fun, check_finite, options=None):
     """``fun(mech, *arrays, **static)``; for concrete inputs one program whose arguments are the
     mechanism's leaves packed into one array (module docstring) and the ``arrays``, compiled once
