@@ -83,6 +83,19 @@ def test_eager_calls_pack_each_mechanism_apart():
     assert key not in compilation._packed.cache
 
 
+def test_a_mechanism_first_met_inside_a_trace_still_runs_eagerly_after():
+    """A mechanism closed over by a user's ``jit`` (its states traced, or all constants) is
+    met inside the trace first; what is kept for it must not be a traced value, or the next
+    eager call fails on a leaked tracer."""
+    mech, other = mechanisms.four_bar(), mechanisms.four_bar(crank_angle=0.5)
+    q, qd, tau = np.asarray(mech.q0), np.array([0.3, -0.1, 0.2]), np.array([1.0, 0.0, 0.0])
+    traced = jax.jit(lambda q: loopdyn.forward_dynamics(mech, q, qd, tau)[0])(q)
+    constants = jax.jit(lambda: loopdyn.forward_dynamics(other, other.q0, qd, tau)[0])()
+    np.testing.assert_array_equal(loopdyn.forward_dynamics(mech, q, qd, tau)[0], traced)
+    eager = loopdyn.forward_dynamics(other, other.q0, qd, tau)[0]
+    np.testing.assert_allclose(eager, constants, rtol=0, atol=1e-12)
+
+
 LOOP_KERNEL_RUN = """
 import sys
 import jax

@@ -144,19 +144,24 @@ def by_identity(fun):
 
 @by_identity
 def _packed(mech):
-    """The leaves of ``mech`` packed into one float64 array on the device, their tree and shapes,
-    and a dict for the programs that take them (flattening a mechanism costs more than its
-    call). None where a leaf is traced."""
+    """The leaves of ``mech`` (concrete) packed into one float64 array on the device, their tree
+    and shapes, and a dict for the programs that take them (flattening a mechanism costs more
+    than its call)."""
     leaves, structure = jax.tree.flatten(mech)
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return None
     values = np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in leaves])
     return (structure, tuple(np.shape(x) for x in leaves), jnp.asarray(values)), {}
 
 
-def concrete(mech) -> bool:
-    """Whether every array of ``mech`` is concrete (none traced): an eager call can run."""
-    return _packed(mech) is not None
+@by_identity
+def _concrete(mech) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(mech))
+
+
+def runs_eagerly(mech, *arrays) -> bool:
+    """Whether a call on ``mech`` and ``arrays`` runs an `eager` program: no trace running (a
+    user's ``jit`` of constants included) and nothing traced."""
+    tracer = jax.core.Tracer
+    return _top_level() and not any(isinstance(x, tracer) for x in arrays) and _concrete(mech)
 
 
 def eager(fun, check_finite, options=None):
@@ -185,10 +190,9 @@ def eager(fun, check_finite, options=None):
         return jax.jit(run, compiler_options=options)
 
     def call(mech, *arrays, **static):
-        entry = _packed(mech)
-        if entry is None or any(isinstance(x, jax.core.Tracer) for x in arrays):
+        if not runs_eagerly(mech, *arrays):
             return fun(mech, *arrays, **static)  # inside a trace
-        (structure, shapes, packed), programs = entry
+        (structure, shapes, packed), programs = _packed(mech)
         static = tuple(sorted(static.items()))
         run = programs.get((fun, static))
         if run is None:

@@ -613,7 +613,7 @@ def forward_dynamics(
     naming the loop when called eagerly, and an ``EquinoxRuntimeError`` under ``jit``; use
     `solve` for a flag instead. Compiled once per mechanism topology and method.
     """
-    eager = compilation.concrete(mech) and all(map(_is_concrete, (q, qd, tau, f_ext, ctrl)))
+    eager = compilation.runs_eagerly(mech, q, qd, tau, f_ext, ctrl)  # one packed input
     q, qd, tau, f_ext, ctrl = check_arrays(
         mech, "forward_dynamics", eager=eager, q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl
     )

@@ -598,9 +598,7 @@ def inverse_dynamics(
     cache. Called eagerly it runs one compiled program per mechanism topology and method.
     Works under ``jit``, ``vmap`` and ``grad``.
     """
-    eager = compilation.concrete(mech) and not any(
-        isinstance(x, jax.core.Tracer) for x in (q, qd, qdd)
-    )
+    eager = compilation.runs_eagerly(mech, q, qd, qdd)
     q, qd, qdd = check_arrays(mech, "inverse_dynamics", eager=eager, q=q, qd=qd, qdd=qdd)
     plan = solve_plan(mech, method)
     evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan, spectra=eager and check)
