@@ -109,10 +109,8 @@ def check_finite(function: str, **arrays):
     """Eager check that concrete arrays hold no NaN or inf (skipped for traced values and
     None)."""
     for name, value in arrays.items():
-        if value is None or isinstance(
-            value, jax.core.Tracer
-        ):  # checked at run time by the caller, if at all
-            continue
+        if value is None or isinstance(value, jax.core.Tracer):
+            continue  # a traced one is checked at run time by the caller, if at all
         concrete = np.asarray(value)
         if not np.isfinite(concrete).all():
             bad = [

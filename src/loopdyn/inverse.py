@@ -479,8 +479,6 @@ class _Evaluated(NamedTuple):
     levels: tuple  # loop residuals at position, velocity and acceleration level
     scales: tuple
     unbalanced: Array  # tau_id - B u - J^T lambda
-    tau_id: Array
-    jac: Array
     # What the checks read, one transfer for an eager call: the residual of each level over
     # its scale, |unbalanced| over 1 + |tau_id|, and 1 where the result is finite (else 0).
     flags: Array
@@ -559,7 +557,7 @@ def _evaluate(mech, q, qd, qdd, plan, spectra=False) -> _Evaluated:
         b = np.eye(mech.nv)[:, list(mech.actuated)]
         whole = jnp.concatenate([b, jac.T], axis=1)
         spectra = tuple(dense.singular_values(x) if x.size else x[:0, 0] for x in (jac, whole))
-    return _Evaluated(result, levels, scales, unbalanced, tau_id, jac, flags, spectra or None)
+    return _Evaluated(result, levels, scales, unbalanced, flags, spectra or None)
 
 
 _evaluate_once = compilation.eager(

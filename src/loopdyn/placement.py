@@ -32,7 +32,7 @@ def take(x, index, axis=0):
             part = jax.lax.slice_in_dim(x, int(flat[0]), int(flat[0]) + flat.size, axis=axis)
             return part.reshape(x.shape[:axis] + index.shape + x.shape[axis + 1 :])
     # a constant when static (its own strides: a zero stride lowers as a broadcast)
-    index = np.ascontiguousarray(index.reshape(index.shape + (1,))) if static else index[..., None]
+    index = index.reshape(index.shape + (1,)) if static else index[..., None]
     numbers = jax.lax.GatherDimensionNumbers(
         offset_dims=tuple(range(axis))
         + tuple(range(axis + index.ndim - 1, x.ndim + index.ndim - 2)),

@@ -6,14 +6,15 @@ an explicit solver's step by stability, not accuracy: the damped velocity mode d
 ``W`` close to the Jacobian ``df/dy``, solving one linear system per stage instead of a
 nonlinear one; a W-method keeps its order for *any* ``W``, so ``W`` need only hold the stiff
 part. For the constrained dynamics ``y = (q, qd)``, ``W`` is the share of the Jacobian that
-the joints' own dampers ``D`` (with the smoothed friction's slope) and springs ``K`` make, ``W = [[0, R], [-G K P, -G D]]`` (``R``
-the configuration rate's map from velocities, ``P`` its inverse on the scalar coordinates,
-``G`` the constrained inverse inertia), and its stage system is a forward dynamics solve with
-the mass matrix ``M + h gamma D + (h gamma)^2 K``: the armature raised (MuJoCo's Euler
-integrator raises it by ``h damping``). One dynamics evaluation per stage, as an explicit
-method's; `simulate` builds the stage (`simulation._integrate`). ``G`` is taken at each stage's
-configuration, not at the step's start as the W-method theory assumes: on a test equation
-with a ``W`` that moves with the stage, the third order held until errors near 1e-8.
+the joints' own dampers ``D`` (with the smoothed friction's slope) and springs ``K`` make,
+``W = [[0, R], [-G K P, -G D]]`` (``R`` the configuration rate's map from velocities, ``P`` its
+inverse on the scalar coordinates, ``G`` the constrained inverse inertia), and its stage
+system is a forward dynamics solve with the mass matrix ``M + h gamma D + (h gamma)^2 K``: the
+armature raised (MuJoCo's Euler integrator raises it by ``h damping``). One dynamics
+evaluation per stage, as an explicit method's; `simulate` builds the stage
+(`simulation._integrate`). ``G`` is taken at each stage's configuration, not at the step's
+start as the W-method theory assumes: on a test equation with a ``W`` that moves with the
+stage, the third order held until errors near 1e-8.
 
 The scheme is ROS34PW2 (Rang and Angermann 2005; docs/references.md): 4 stages, order 3 for any
 ``W``, an embedded order-2 solution for the error estimate, L-stable and stiffly accurate.

@@ -442,10 +442,11 @@ def simulate(
     explicit solver's steps tiny (Cassie's 2 s fall: 225 steps at rtol 1e-2, where Tsit5 takes
     over 3,700 at any tolerance; benchmarks/results/cassie.md); order 3, so at tight
     tolerances Tsit5 takes fewer steps; its steps land on the save times. ``saveat``: times
-    (default 201 evenly spaced, ``t1`` included) or a ``diffrax.SaveAt(ts=...)``. ``stabilization``: ``"none"``, ``"baumgarte"`` with gains
-    ``baumgarte = (alpha, beta)`` in 1/s, or ``"embedding"`` (module docstring). ``independent``:
-    the coordinates held by ``assemble`` and by ``method="embedding"`` (default
-    `forward.independent_coordinates` at ``q0``).
+    (default 201 evenly spaced, ``t1`` included) or a ``diffrax.SaveAt(ts=...)``.
+    ``stabilization``: ``"none"``, ``"baumgarte"`` with gains ``baumgarte = (alpha, beta)`` in
+    1/s, or ``"embedding"`` (module docstring). ``independent``: the coordinates held by
+    ``assemble`` and by ``method="embedding"`` (default `forward.independent_coordinates` at
+    ``q0``).
 
     Compiled once per mechanism topology, method, stabilization, gains, solver, adjoint,
     ``max_steps``, number of saves and kind of ``tau`` and ``ctrl`` (a function, or the number
