@@ -475,17 +475,19 @@ def _parameters(mech) -> _Parameters:
 
 
 def _frames(mech, params, q, qd=None, qdd=None):
-    """One base -> tips pass: each body's world pose (its joint pose composed with its
-    parent's), joint-rate propagation vector ``p_i``, and given ``qd`` its twist
-    ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in the ground frame), and
-    given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i + t_i x p_i qd_i`` with
-    gravity as the ground's. The three bodies of a ball joint share one frame fixed in its child,
-    so their velocity-product term is ``t_start x p_i qd_i`` with ``t_start`` the twist where the
-    joint starts (for a one-body joint ``t_parent x p_i qd_i``, the same as ``t_i x p_i qd_i``)."""
+    """One base -> tips pass: each body's world pose (its joint pose, computed for all bodies
+    before the pass, composed with its parent's), joint-rate propagation vector ``p_i``, and
+    given ``qd`` its twist ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in
+    the ground frame), and given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i +
+    t_i x p_i qd_i`` with gravity as the ground's. The three bodies of a ball joint share one
+    frame fixed in its child, so their velocity-product term is ``t_start x p_i qd_i`` with
+    ``t_start`` the twist where the joint starts (for a one-body joint ``t_parent x p_i qd_i``,
+    the same as ``t_i x p_i qd_i``)."""
     planar, dtype = mech.planar, q.dtype
     zero = lambda rows: jnp.zeros((rows, 1), dtype)
     through = _through(mech.nv, mech.quaternion_slots)
-    inputs = (params.terms, _angles(mech, params, q), params.subspace, qd, qdd, through)
+    poses = _joint_poses(params.terms, _angles(mech, params, q))
+    inputs = (poses, params.subspace, qd, qdd, through)
     ground = (
         jnp.eye(3, dtype=dtype)[..., None],
         zero(3),
@@ -495,8 +497,7 @@ def _frames(mech, params, q, qd=None, qdd=None):
     )
 
     def step(above, inputs):
-        (r, x, t, start, dt), (terms, angles, local, qd, qdd, through) = above, inputs
-        joint_r, joint_x = _joint_poses(terms, angles)
+        (r, x, t, start, dt), ((joint_r, joint_x), local, qd, qdd, through) = above, inputs
         r, x = _mm(r, joint_r), x + _mv(r, joint_x)
         s = _motion_to_world(planar, r, x, local)
         bias = None

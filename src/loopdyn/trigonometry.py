@@ -5,8 +5,10 @@ both on a 2-core EPYC), and XLA treats them as cheap: it recomputes them inside 
 matrix product that reads them. Here each angle is reduced to ``q = k pi/2 + r`` with
 ``|r| <= pi/4`` (Cody-Waite: ``pi/2`` split in three parts, the first two of 33 bits so
 ``k * part`` is exact for ``|k| < 2^20``), and ``sin r`` and ``1 - cos r`` come from their Taylor
-series to ``r^17`` and ``r^18`` (truncation below ``1e-19``): only multiplies, adds and selects,
-which XLA vectorises over states (about 3 ns per angle). The versine is computed directly, so it
+series to ``r^17`` and ``r^18`` (truncation below ``1e-19``, both by one Horner recursion over a
+two-row array), rotated by ``k`` quarter turns with the sine and cosine of ``k pi/2`` read from a
+table (products with 0 and +-1: exact): only multiplies, adds and one gather, which XLA vectorises
+over states (about 3 ns per angle). The versine is computed directly, so it
 keeps full relative accuracy for small angles, where ``1 - cos q`` cancels. A batch holding an
 angle beyond `REDUCTION_LIMIT` (or a NaN) is computed by the library instead; the choice is a
 ``lax.cond``, whose outputs XLA materialises once. This is a float64 CPU path: elsewhere the
@@ -18,6 +20,9 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from . import placement
 
 REDUCTION_LIMIT = 1.0e5  # |q| up to which the three-part reduction is used (k < 2^17)
 
@@ -41,22 +46,30 @@ _SIN = [(-1) ** j / math.factorial(2 * j + 1) for j in range(9)]  # r^(2j+1) coe
 _VERSINE = [(-1) ** j / math.factorial(2 * j + 2) for j in range(9)]  # r^(2j+2) coefficients
 
 
-def _horner(coefficients, z):
-    out = coefficients[-1]
-    for c in coefficients[-2::-1]:
-        out = out * z + c
+def _series(z):
+    """``(S(z), V(z))`` with ``sin r = r S(r^2)`` and ``1 - cos r = r^2 V(r^2)``, both by Horner's
+    rule at once (one array of two rows: one operation per step for both)."""
+    coefficients = np.array([_SIN, _VERSINE]).reshape((2, len(_SIN)) + (1,) * z.ndim)
+    z = jnp.broadcast_to(z, (2,) + z.shape)
+    out = coefficients[:, -1]
+    for j in range(len(_SIN) - 2, -1, -1):
+        out = out * z + coefficients[:, j]
     return out
+
+
+_TURNS = np.array([[0.0, 1.0, 0.0, -1.0], [1.0, 0.0, -1.0, 0.0]])  # sin, cos of k pi/2, k mod 4
 
 
 def _reduced(q):
     k = jnp.round(q * (2.0 / math.pi))
     r = ((q - k * _P1) - k * _P2) - k * _P3
     z = r * r
-    sin, versine = r * _horner(_SIN, z), z * _horner(_VERSINE, z)
-    cos = 1.0 - versine
-    quadrant = k.astype(jnp.int32) & 3  # q = k pi/2 + r: rotate (sin r, cos r) k quarter turns
-    pick = lambda *values: jnp.select([quadrant == i for i in range(3)], values[:3], values[3])
-    return pick(sin, cos, -sin, -cos), pick(versine, 1.0 + sin, 2.0 - versine, 1.0 - sin)
+    series = _series(z)
+    sin, versine = r * series[0], z * series[1]
+    # q = k pi/2 + r: sin q = s_k cos r + c_k sin r, 1 - cos q = (1 - c_k) + c_k (1 - cos r)
+    # + s_k sin r, exact where (s_k, c_k) is (0, 1), (1, 0), (0, -1) or (-1, 0)
+    s_k, c_k = placement.take(jnp.asarray(_TURNS), k.astype(jnp.int32) & 3, axis=1)
+    return s_k * (1.0 - versine) + c_k * sin, ((1.0 - c_k) + c_k * versine) + s_k * sin
 
 
 def _library(q):
