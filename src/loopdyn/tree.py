@@ -29,7 +29,7 @@ down where that keeps the levels narrow: `_shifts`), all bodies of a level at on
 ``lax.scan`` (so the program, and its compile time, does not grow with the number of bodies;
 trees of at most `UNROLL_LEVELS` levels run it as a Python loop instead, each level taking its
 bodies and parents by static indices without padding slots, as a loop costs more than it saves
-there: a 5 s 3-RRR `simulate` 8.1-8.8 against 9.5 ms with an unrolled scan). One
+there: a 5 s 3-RRR `simulate` ran 8.0-8.8 against 9.5 ms as an unrolled scan). One
 base -> tips pass gives the poses, subspaces, twists and twist-rates together. The sines and
 versines of the joint angles are computed before it, all at once, by `trigonometry.sin_versine`
 (vectorised arithmetic, materialised once; XLA's own ``sin`` is a scalar library call that it
@@ -37,6 +37,7 @@ would recompute inside every element of the matrix products).
 """
 
 import functools
+import itertools
 from typing import NamedTuple
 
 import jax
@@ -231,17 +232,13 @@ def _unrolled(parent: tuple[int, ...]) -> _Unrolled:
         for level, (row, above) in enumerate(zip(bodies, [None] + bodies[:-1]))
     ]
     children = []
-    for row, below in zip(bodies, bodies[1:] + [None]):
-        lists = (
-            [[j for j, c in enumerate(below) if parent[c] == b] for b in row]
-            if below is not None
-            else []
-        )
-        width = max((len(x) for x in lists), default=0)
-        table = np.full((len(row), width), 0 if below is None else len(below))
+    for row, below in itertools.pairwise(bodies):
+        lists = [[j for j, c in enumerate(below) if parent[c] == b] for b in row]
+        table = np.full((len(row), max(len(x) for x in lists)), len(below))
         for i, x in enumerate(lists):
             table[i, : len(x)] = x
-        children.append((table, bool(np.any(table == len(below)))) if width else None)
+        children.append((table, bool(np.any(table == len(below)))) if table.size else None)
+    children.append(None)  # the last level has none
     return _Unrolled(bodies, parents, children, np.argsort(np.concatenate(bodies)))
 
 
@@ -257,6 +254,14 @@ def _joined(n, order, outs):
     return jax.tree.map(lambda *parts: _rows(jnp.concatenate(parts), order, n), *outs)
 
 
+def _ground_rows(step, ground, inputs):
+    """``ground`` broadcast to the values ``step`` returns for one level's ``inputs``, and its
+    first row (appended where a root sits below level 0)."""
+    value, _ = jax.eval_shape(step, ground, inputs)
+    value = jax.tree.map(lambda g, v: jnp.broadcast_to(g, v.shape).astype(v.dtype), ground, value)
+    return value, jax.tree.map(lambda v: v[:1], value)
+
+
 def _down(mech, step, ground, inputs):
     """Base -> tips: ``value_i, out_i = step(value_parent, inputs_i)`` with ``ground`` the
     ground's value, all bodies of a level at once in a ``lax.scan`` over levels (unrolled for
@@ -266,11 +271,8 @@ def _down(mech, step, ground, inputs):
         return _down_unrolled(mech, step, ground, inputs)
     width = levels.body.shape[1]
     xs = (_by_level(mech, inputs), jnp.asarray(levels.parent))
-    value, _ = jax.eval_shape(step, ground, _take(xs[0], 0))
-    above = jax.tree.map(lambda g, v: jnp.broadcast_to(g, v.shape).astype(v.dtype), ground, value)
-
+    above, ground_row = _ground_rows(step, ground, _take(xs[0], 0))
     grounds = bool(np.any(levels.parent == width))  # roots below level 0
-    ground_row = jax.tree.map(lambda v: v[:1], above)
 
     def level(above, x):
         inputs, parents = x
@@ -286,9 +288,7 @@ def _down_unrolled(mech, step, ground, inputs):
     by static indices: no padding slots and no per-level slicing of stacked arrays."""
     n, u = mech.num_bodies, _unrolled(mech.parent)
     first = _rows(inputs, u.bodies[0], n)
-    value, _ = jax.eval_shape(step, ground, first)
-    value = jax.tree.map(lambda g, v: jnp.broadcast_to(g, v.shape).astype(v.dtype), ground, value)
-    ground_row = jax.tree.map(lambda v: v[:1], value)
+    value, ground_row = _ground_rows(step, ground, first)
     outs = []
     for level, (bodies, parents) in enumerate(zip(u.bodies, u.parents)):
         if level:
