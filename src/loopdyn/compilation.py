@@ -9,7 +9,7 @@ four-bar's smaller programs were 4-7 % slower (benchmarks/results/compilation.md
 `OPTIONS` also turn off XLA's YNNPACK fusions (library calls XLA makes of some batched
 products): over a batch of 3-RRR states they took longer than XLA's own code (1.31 -> 1.12 us
 per state, one measurement on the 2-core machine), and a loop holding one cannot be a single
-kernel (below; 1.01 us per state in benchmarks/results/closed_loop.md).
+kernel (below; 0.95 us per state in benchmarks/results/closed_loop.md).
 
 Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX takes compiler
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
@@ -25,12 +25,12 @@ while loop into one kernel instead when the loop holds no scatter and no library
 turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for any
 of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
-of 42 ms, 1.85 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md and its
-previous run). The costs: LLVM compiles a one-kernel loop more slowly (that simulation 11.1 instead
-of 8.2 s). XLA takes the limit from the ``XLA_FLAGS``
-environment variable only, read once when JAX starts its CPU backend, and it applies to every
-program of the process: `use_loop_kernels` sets it when called first; the command line does so. Or
-set it before Python starts::
+of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 8.6 ms,
+1.86 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
+compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s). XLA takes the limit
+from the ``XLA_FLAGS`` environment variable only, read once when JAX starts its CPU backend, and it
+applies to every program of the process: `use_loop_kernels` sets it when called first; the command
+line does so. Or set it before Python starts::
 
     XLA_FLAGS="--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=10000000
     --xla_cpu_experimental_ynn_fusion_type="
