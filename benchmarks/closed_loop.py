@@ -776,17 +776,24 @@ def targets(raw):
                 "margin": f"{value * 1e3:.1f} ms = {value / 0.020:.1f}× the goal",
             }
         )
-    for label, value in (
-        ("single", sim["first_call_s"]),
-        ("batched", raw["simulation"]["batched"]["compile_s"]),
+    # a batched first call also runs 1024 simulations (seconds): its compilation is the rest
+    batched = raw["simulation"]["batched"]
+    for label, value, detail in (
+        ("single, first call incl. one run", sim["first_call_s"], ""),
+        (
+            "batched, first call less one run",
+            batched["compile_s"] - batched["total_s"],
+            f" (first call {batched['compile_s']:.1f} s, of which one run of the batch "
+            f"{batched['total_s']:.1f} s)",
+        ),
     ):
         out.append(
             {
-                "target": f"simulation compile under 10 s ({label}, first call incl. one run)",
+                "target": f"simulation compile under 10 s ({label})",
                 "value": value,
                 "goal": 10.0,
                 "met": value < 10.0,
-                "margin": f"{value:.1f} s = {value / 10.0:.1f}× the goal",
+                "margin": f"{value:.1f} s = {value / 10.0:.2f}× the goal{detail}",
             }
         )
     return out
@@ -1169,7 +1176,8 @@ def markdown(raw):
         f"{si['jit_s'] / si['steps'] / 6 * 1e6:.1f} µs per forward-dynamics evaluation)"
         + (f"; the lowered program has {si['hlo_ops']} HLO ops." if "hlo_ops" in si else "."),
         f"- Batched: `jax.jit(jax.vmap(simulate))` over {s['batch']} assembled initial states "
-        f"near q0 (zero velocity): compile {ba['compile_s']:.1f} s, {ba['total_s']:.2f} s per "
+        f"near q0 (zero velocity): first call {ba['compile_s']:.1f} s (compilation "
+        f"{ba['compile_s'] - ba['total_s']:.1f} s and one run), {ba['total_s']:.2f} s per "
         f"call = {ba['per_run_s'] * 1e3:.2f} ms per run; steps {ba['steps_min']} / "
         f"{ba['steps_median']:.0f} / {ba['steps_max']} (min / median / max; the batch steps "
         f"in lock-step until its slowest run ends), {ba['succeeded']} of {s['batch']} "
@@ -1333,12 +1341,16 @@ def main():
     parser.add_argument("--ladder-row", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--given-up", default="{}", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--from-json", type=Path, help="only write the Markdown again from a run's raw JSON"
+        "--from-json",
+        type=Path,
+        help="only derive the targets and analysis again from a run's raw JSON, and write both "
+        "files",
     )
     args = parser.parse_args()
     if args.from_json:
         raw = json.loads(args.from_json.read_text())
         raw["targets"], raw["analysis"] = targets(raw) + peer_targets(raw), analysis(raw)
+        write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1, default=str))
         write_atomic(args.out, markdown(raw))
         return
     batch = args.batch or (256 if args.quick else 4096)
