@@ -161,7 +161,8 @@ def markdown(raw):
         "# Eager single-state calls: where the time goes",
         "",
         f"Written by `benchmarks/eager.py`: {m['cpu']}, one core of {m['cores']}, JAX {m['jax']}, "
-        f"{m['devices']} XLA host device(s), float64, {m['date']}; load average {load(m['load_average'])} at the start, "
+        f"{m['devices']} XLA host device(s), float64, {m['date']}; load average "
+        f"{load(m['load_average'])} at the start, "
         f"{load(m['load_average_end'])} at the end (a shared machine: compare within this run). "
         f"Every row timed {raw['calls_per_round']} calls a round, rows interleaved, "
         f"{raw['rounds']} rounds: the fastest round (the median in brackets), µs per call (the "

@@ -4,11 +4,11 @@ loopdyn's single-state programs are a few hundred small operations on 3- and 6-v
 CPU runtime runs one after the other. XLA's default schedule orders them so that independent ones
 may run concurrently on the runtime's threads; for operations this small the hand-offs cost more
 than they save. With the memory-optimised schedule (`OPTIONS`) one jitted 3-RRR forward-dynamics
-call took 50.1 instead of 71.8 us and a 5 s 3-RRR `simulate` without loop kernels (below) 37.1
-instead of 40.6 ms, while the four-bar's programs changed by at most 2 %
+call took 50.9 instead of 71.1 us and a 5 s 3-RRR `simulate` without loop kernels (below) 37.5
+instead of 38.5 ms, while the four-bar's programs changed by at most 1 %
 (benchmarks/results/compilation.md, one run, one XLA host device). `OPTIONS` also turn off XLA's
 YNNPACK fusions (library calls XLA makes of some batched products): over a batch of 3-RRR states
-they took longer than XLA's own code (1.30 -> 1.11 us per state with the schedule, same file; the
+they took longer than XLA's own code (1.29 -> 1.12 us per state with the schedule, same file; the
 results differ in rounding, by 5e-15 relative at most), and a loop holding one cannot be a single
 kernel (below; 0.95 us per state in benchmarks/results/closed_loop.md).
 

@@ -324,7 +324,8 @@ def _up(mech, step, own, inputs):
 
 
 def _up_unrolled(mech, step, own, inputs):
-    """`_up` as a Python loop over the levels, tips first, with static indices (`_down_unrolled`)."""
+    """`_up` as a Python loop over the levels, tips first, by static indices
+    (`_down_unrolled`)."""
     n, u = mech.num_bodies, _unrolled(mech.parent)
     outs, to_parent = [], None
     for bodies, children in zip(u.bodies[::-1], u.children[::-1]):
