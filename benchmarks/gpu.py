@@ -1,17 +1,21 @@
-"""Batched closed-loop forward dynamics on a GPU beside Pinocchio on the same machine's CPU.
+"""Batched closed-loop forward dynamics on a GPU beside compiled Pinocchio on the same machine's CPU.
 
-loopdyn: ``jax.jit(jax.vmap(forward.solve))`` (SSLM and SLM) over B varied states on the GPU,
-and SSLM over the same states on the machine's CPU as one XLA device (all cores); compile
-time apart, medians. Pinocchio: ``constraintDynamics`` per call from Python on one core, and
-the same split over one process per core (per machine). The states are those of
-`closed_loop.py` (`_peers.random_states`); accelerations are checked against Pinocchio's.
+loopdyn: ``jax.jit(jax.vmap(forward.solve))`` over B varied states on the GPU with SSLM, SLM
+and the default method (``method="auto"``, where it is neither), and the default method over the
+same states on the machine's CPU as one XLA device (all cores); compile time apart, medians.
+The peer at its best: `pinocchio_cpp`'s C++ loop of ``constraintDynamics`` over the same states,
+one thread (per core) and one OpenMP thread per core (per machine). The states are those of
+`closed_loop.py` (`_peers.random_states`); loopdyn's accelerations are checked against the C++
+peer's.
 
-    python benchmarks/gpu.py --out DIR     # DIR/gpu.json and DIR/gpu.md
+    python benchmarks/gpu.py --out DIR [--peer BINARY --peer-flags FLAGS]
+
+``--peer``: a C++ peer built elsewhere (the GPU machine may lack Pinocchio's headers), with the
+compiler flags it was built with (recorded); by default `pinocchio_cpp.build()` builds it here.
 """
 
 import argparse
 import json
-import multiprocessing
 import os
 import platform
 import subprocess
@@ -26,6 +30,7 @@ jax.config.update("jax_enable_x64", True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _peers
+import pinocchio_cpp
 
 from loopdyn import forward, mechanisms
 
@@ -34,8 +39,9 @@ MECHANISMS = {
     "three_rrr": mechanisms.three_rrr,
     "ladder8": lambda: mechanisms.ladder(8),
     "ladder32": lambda: mechanisms.ladder(32),
+    "chain32": lambda: _peers.ladder_chain(32),  # the MJCF drawing of the 32-loop ladder
 }
-CHECKED = 256
+PEER_STATES = 4096  # the C++ loops run over the first states of the set
 
 
 def median_time(fn, repeats):
@@ -58,41 +64,18 @@ def loopdyn_column(mech, states, method, device, repeats):
     return {"compile_s": compile_s, "per_state_s": run / len(states[0])}, np.asarray(out)
 
 
-_SOLVERS = {}  # per worker process: built once, outside the timed loop
-
-
-def _pinocchio_chunk(args):
-    """Seconds of one worker's loop over its share of the states."""
-    name, states = args
-    if name not in _SOLVERS:
-        mech = MECHANISMS[name]()
-        _SOLVERS[name] = _peers.PinocchioSolver(mech, "constraintDynamics", aligned=True)
-    solver = _SOLVERS[name]
-    start = time.perf_counter()
-    for q, qd, tau in zip(*states):
-        solver(q, qd, tau)
-    return time.perf_counter() - start
-
-
-def pinocchio_columns(name, mech, states, repeats, cores):
-    """Per call on one core (first 2000 states) and per machine (all states over ``cores``
-    processes), seconds per state; its accelerations on the first `CHECKED` states."""
-    solver = _peers.PinocchioSolver(mech, "constraintDynamics", aligned=True)
-    host = [np.asarray(x) for x in states]
-    checked = min(CHECKED, len(host[0]))
-    theirs = np.array([solver(*(x[k] for x in host)) for k in range(checked)])
-    calls = min(2000, len(host[0]))
-    one = [x[:calls] for x in host]
-    per_call = median_time(lambda: [solver(*(x[k] for x in one)) for k in range(calls)], repeats)
-    chunks = [(name, [x[k::cores] for x in host]) for k in range(cores)]
-    os.environ["JAX_PLATFORMS"] = "cpu"  # the workers build the mechanism without the GPU
-    with multiprocessing.get_context("spawn").Pool(cores) as pool:
-        pool.map(_pinocchio_chunk, chunks, chunksize=1)  # warm-up: imports and model builds
-        # the workers run side by side: the slowest one's loop is the machine's time
-        machine = np.median(
-            [max(pool.map(_pinocchio_chunk, chunks, chunksize=1)) for _ in range(repeats)]
-        )
-    return {"per_call_s": per_call / calls, "per_machine_s": machine / len(host[0])}, theirs
+def peer_columns(problem, states, binary, repeats, cores):
+    """The C++ loop over the states on one thread and on ``cores`` threads: seconds per state,
+    the proximal solver's largest iteration count, and its accelerations."""
+    peer = pinocchio_cpp.Peer(problem, binary)
+    try:
+        one, qdd = peer.constraint_dynamics(*states, repeats, 1, [0])
+        every, _ = peer.constraint_dynamics(*states, repeats, cores, list(range(cores)))
+    finally:
+        peer.close()
+    out = {"per_core_s": one["per_state_s"], "per_machine_s": every["per_state_s"]}
+    out["max_iterations"] = max(one["max_iterations"], every["max_iterations"])
+    return out, qdd
 
 
 def relative(a, b):
@@ -102,7 +85,7 @@ def relative(a, b):
 def gpu_name():
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             check=True,
@@ -112,22 +95,36 @@ def gpu_name():
         return None
 
 
+def cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def markdown(raw):
     m = raw["machine"]
     lines = [
         "# Batched closed-loop forward dynamics on a GPU",
         "",
         f"{m['gpu']}; {m['cores']} CPU cores ({m['cpu']}); JAX {m['jax']}, Python {m['python']},"
-        f" Pinocchio {m['pinocchio']}; float64; {m['date']}. Generated by `benchmarks/gpu.py`.",
+        f" Pinocchio {m['pinocchio']} (C++ peer: `{m['peer_flags']}`); float64; {m['date']}."
+        " Generated by `benchmarks/gpu.py`.",
         "",
-        "µs per state. loopdyn: `jit(vmap(forward.solve))` over B varied states (GPU; CPU: one "
-        "XLA device, all cores). Pinocchio: `constraintDynamics` per call from Python (binding "
-        "overhead included) on one core, and over one process per core. Ratio = Pinocchio "
-        "per machine / loopdyn on the GPU. Compile s in brackets.",
+        "µs per state, compile s in brackets. loopdyn: `jit(vmap(forward.solve))` over B varied "
+        "states on the GPU (SSLM and SLM; the recursive method alone where it is the default) "
+        "and on the CPU (default method, one XLA device, all cores). Pinocchio: its C++ `constraintDynamics` "
+        f"loop over {PEER_STATES} of the states, one thread (per core) and one OpenMP thread per "
+        "core (per machine). Ratio = Pinocchio per machine / loopdyn's default method on the GPU. "
+        "qdd: largest difference from the C++ peer's accelerations relative to their largest "
+        "entry.",
         "",
-        "| mechanism | B | SSLM GPU | SLM GPU | SSLM CPU (all cores) | Pinocchio 1 core"
-        " | Pinocchio all cores | ratio | qdd vs Pinocchio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| mechanism | default | B | SSLM GPU | SLM GPU | recursive GPU | default CPU (all cores)"
+        " | Pinocchio C++ 1 core | Pinocchio C++ all cores | ratio | qdd vs Pinocchio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in raw["rows"]:
 
@@ -136,11 +133,12 @@ def markdown(raw):
             return f"{c['per_state_s'] * 1e6:.3f} ({c['compile_s']:.1f})" if c else "-"
 
         pin = raw["pinocchio"][row["mechanism"]]
-        ratio = pin["per_machine_s"] / row["sslm_gpu"]["per_state_s"]
+        ratio = pin["per_machine_s"] / row[f"{row['default']}_gpu"]["per_state_s"]
         lines.append(
-            f"| {row['mechanism']} | {row['batch']} | {cell('sslm_gpu')} | {cell('slm_gpu')} | "
-            f"{cell('sslm_cpu')} | {pin['per_call_s'] * 1e6:.2f} | "
-            f"{pin['per_machine_s'] * 1e6:.3f} | {ratio:.1f} | {row['vs_pinocchio']:.1e} |"
+            f"| {row['mechanism']} | {row['default']} | {row['batch']} | {cell('sslm_gpu')} | "
+            f"{cell('slm_gpu')} | {cell('recursive_gpu')} | {cell('default_cpu')} | "
+            f"{pin['per_core_s'] * 1e6:.2f} | {pin['per_machine_s'] * 1e6:.3f} | {ratio:.1f} | "
+            f"{row['vs_pinocchio']:.1e} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -151,20 +149,27 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS))
     parser.add_argument("--batches", default="4096,65536", help="batch sizes B")
+    parser.add_argument("--peer", type=Path, help="a built C++ peer (default: build it here)")
+    parser.add_argument("--peer-flags", help="the flags --peer was built with")
     args = parser.parse_args()
     import pinocchio
 
+    if args.peer is None:
+        binary, flags = pinocchio_cpp.build()[0], " ".join(pinocchio_cpp.FLAGS)
+    else:
+        binary, flags = args.peer, args.peer_flags or "unknown"
     gpu, cpu = jax.devices()[0], jax.devices("cpu")[0]
     cores = os.cpu_count()
     raw = {
         "machine": {
             "gpu": gpu_name() or str(gpu),
             "jax_device": str(gpu),
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "cores": cores,
             "jax": jax.__version__,
             "python": platform.python_version(),
             "pinocchio": pinocchio.__version__,
+            "peer_flags": flags,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
         "rows": [],
@@ -173,17 +178,27 @@ def main():
     batches = [int(b) for b in args.batches.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.mechanisms.split(","):
-        mech = MECHANISMS[name]()
+        built = MECHANISMS[name]()
+        mech, problem = built if isinstance(built, tuple) else (built, None)
+        problem = problem or _peers.pinocchio_problem(mech, aligned=True)
+        default = forward.choose_method(mech)
         states = [np.asarray(x) for x in _peers.random_states(mech, max(batches), seed=1)[:3]]
-        pin, theirs = pinocchio_columns(name, mech, states, args.repeats, cores)
+        peer_states = [x[:PEER_STATES] for x in states]
+        pin, theirs = peer_columns(problem, peer_states, binary, args.repeats, cores)
         raw["pinocchio"][name] = pin
+        print(name, json.dumps(pin), flush=True)
         for batch in batches:
             part = [x[:batch] for x in states]
-            row = {"mechanism": name, "batch": batch}
-            row["sslm_gpu"], ours = loopdyn_column(mech, part, "sslm", gpu, args.repeats)
-            row["slm_gpu"], _ = loopdyn_column(mech, part, "slm", gpu, args.repeats)
+            row = {"mechanism": name, "default": default, "batch": batch}
+            # where the recursive method is the default, the dense ones are cubic in the loops
+            # and slow to compile (the MJCF chain's SSLM: 88 s on a 2-core CPU): not run
+            methods = (default,) if default == "recursive" else ("sslm", "slm")
+            for method in methods:
+                row[f"{method}_gpu"], out = loopdyn_column(mech, part, method, gpu, args.repeats)
+                if method == default:
+                    ours = out
             if batch == batches[0]:
-                row["sslm_cpu"], _ = loopdyn_column(mech, part, "sslm", cpu, args.repeats)
+                row["default_cpu"], _ = loopdyn_column(mech, part, default, cpu, args.repeats)
             checked = min(len(ours), len(theirs))
             row["vs_pinocchio"] = relative(ours[:checked], theirs[:checked])
             raw["rows"].append(row)

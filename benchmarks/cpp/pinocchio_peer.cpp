@@ -19,6 +19,11 @@
 //     to TRAJ_OUT and one JSON line (steps, evaluations, wall times, loop residuals) to stdout.
 //
 //   $PEER_CPUS (e.g. "0,1"): run on those CPUs, bench's threads each pinned to one of them.
+//
+// Eigen's own OpenMP matrix products are off: the peer runs its states in parallel, not one
+// product. Left on, a product of the 32-loop ladder's size inside bench's one-thread region
+// (an inactive one, to OpenMP) started Eigen's threads on that thread's one pinned CPU, and
+// their spinning barriers made constraintDynamics 80x slower (12 ms instead of 0.14 ms).
 
 #include <algorithm>
 #include <chrono>
@@ -434,6 +439,7 @@ int main(int argc, char ** argv)
   try
   {
     pin_to_cpus(cpus_from_environment());
+    Eigen::setNbThreads(1);
     const std::string command = argc > 1 ? argv[1] : "";
     if (command == "bench" && argc == 10)
       return bench(argv + 2);
