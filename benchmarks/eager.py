@@ -76,7 +76,7 @@ def cases(name):
 
         return jax.lax.fori_loop(0, LOOP, body, jnp.zeros_like(qd))
 
-    jit = lambda f: jax.jit(f, compiler_options=compilation.SINGLE_STATE)  # as the entry point
+    jit = lambda f: jax.jit(f, compiler_options=compilation.supported(compilation.SINGLE_STATE))
     leaves_call, loop_call = jit(by_leaves), jit(loop)
     one, many = jax.jit(lambda x: x + 1.0), jax.jit(lambda *x: x[0] + 1.0)
     ready = lambda x: jax.block_until_ready(x)

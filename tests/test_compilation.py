@@ -26,6 +26,15 @@ def test_this_xla_accepts_the_options():
         jax.jit(jnp.sin, compiler_options=bad).lower(1.0).compile()
 
 
+def test_options_this_xla_does_not_take_are_left_out():
+    # XLA drops options between versions (JAX 0.11 has no xla_cpu_use_fusion_emitters): an
+    # unknown one would fail every compile, so `supported` leaves it out and keeps the others
+    unknown = {"xla_cpu_no_such_option_for_loopdyn": True}
+    with pytest.raises(Exception, match="No such compile option"):
+        jax.jit(jnp.sin, compiler_options=unknown).lower(1.0).compile()
+    assert compilation.supported({**compilation.OPTIONS, **unknown}) == compilation.OPTIONS
+
+
 def test_top_level_and_nested_calls_agree():
     mech = mechanisms.four_bar()
     qd = jnp.linspace(0.3, -0.2, mech.nv)

@@ -16,7 +16,8 @@ Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX take
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
 compiles with the user's options. Pass them there too::
 
-    step = jax.jit(my_step, compiler_options=loopdyn.compilation.OPTIONS)
+    options = loopdyn.compilation.supported(loopdyn.compilation.OPTIONS)
+    step = jax.jit(my_step, compiler_options=options)
 
 Loops as single kernels. XLA's CPU runtime runs a program as a sequence of kernels, one per fused
 operation, each costing tens of nanoseconds to launch: for loopdyn's small per-state operations
@@ -70,6 +71,11 @@ Batched programs keep XLA's default: with the older emitters their rounding can 
 batch shape, and the four-bar's batch of 4096 states ran 8 % slower (0.353 against 0.328 us per
 state).
 
+The options are XLA's CPU ones, and XLA drops options between versions: each is passed only where
+the default backend's compiler takes it (`supported`, probed once per process at the first
+compilation), so the same programs compile on a GPU and with newer JAX, where
+``xla_cpu_use_fusion_emitters`` is gone ("No such compile option", an H200 with JAX 0.11.2).
+
 JAX's global configuration is left as the user set it.
 """
 
@@ -103,13 +109,33 @@ def _top_level() -> bool:
     return type(find_top_trace(())) is _EVALUATION
 
 
-def _either(top, nested):
-    """Calls ``top`` eagerly and ``nested`` inside a trace (``jit``, ``vmap``, ``grad``)."""
+@functools.cache
+def _takes(key, value) -> bool:
+    try:
+        jax.jit(lambda x: x + 1, compiler_options={key: value}).lower(1.0).compile()
+    except jax.errors.JaxRuntimeError:
+        return False
+    return True
+
+
+def supported(options) -> dict:
+    """The entries of ``options`` that the default backend's XLA takes (module docstring): each
+    probed once by compiling a one-operation program with it."""
+    return {key: value for key, value in options.items() if _takes(key, value)}
+
+
+def _either(jitted, fun, options, **kwargs):
+    """Calls ``jitted(fun, compiler_options=supported(options), **kwargs)`` eagerly (made at
+    the first eager call: the probe starts JAX's backend, which importing loopdyn must not)
+    and ``jitted(fun, **kwargs)`` inside a trace (``jit``, ``vmap``, ``grad``)."""
+    top = functools.cache(lambda: jitted(fun, compiler_options=supported(options), **kwargs))
+    nested = jitted(fun, **kwargs)
 
     @functools.wraps(nested)
-    def call(*args, **kwargs):
-        return (top if _top_level() else nested)(*args, **kwargs)
+    def call(*args, **kw):
+        return (top() if _top_level() else nested)(*args, **kw)
 
+    call.top = top
     return call
 
 
@@ -118,17 +144,14 @@ def jit(fun=None, *, options=OPTIONS, **kwargs):
     level (usable as a decorator)."""
     if fun is None:
         return functools.partial(jit, options=options, **kwargs)
-    return _either(
-        eqx.filter_jit(fun, compiler_options=options, **kwargs), eqx.filter_jit(fun, **kwargs)
-    )
+    return _either(eqx.filter_jit, fun, options, **kwargs)
 
 
 def array_jit(fun, *, options=OPTIONS, **kwargs):
     """``jax.jit`` with ``options`` (arrays only: the cheaper dispatch); ``.lower`` as
     jax.jit's."""
-    top = jax.jit(fun, compiler_options=options, **kwargs)
-    call = _either(top, jax.jit(fun, **kwargs))
-    call.lower = top.lower
+    call = _either(jax.jit, fun, options, **kwargs)
+    call.lower = lambda *args, **kw: call.top().lower(*args, **kw)
     return call
 
 
@@ -194,7 +217,7 @@ def eager(fun, check_finite, options=None):
             mech = jax.tree.unflatten(structure, parts)
             return fun(mech, *arrays, **dict(static)), finite
 
-        return jax.jit(run, compiler_options=options)
+        return jax.jit(run, compiler_options=supported(options))
 
     def call(mech, *arrays, **static):
         if not runs_eagerly(mech, *arrays):
