@@ -9,6 +9,8 @@ quarter car: `GROUPS`); the agreement, equation-of-motion, Pinocchio and energy 
 each cutting its mechanism out (`solutions`)."""
 
 import functools
+import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -363,6 +365,46 @@ def test_sslm_program_does_not_grow_along_a_chain_of_loops():
     assert relative(result.lam, reference.lam) < 1e-10
     ground, rocker = 0.089, 0.1152  # ladder's defaults; the crank 0.038 at angle pi
     flat = mechanisms.ladder(32, np.pi, coupler=float(np.hypot(ground + 0.038, 0.0)) + rocker)
+    assert forward.solve(flat, flat.q0, jnp.zeros(n), jnp.ones(n), method="sslm").singular
+
+
+def chain_ladder(k, **dimensions):
+    """The ladder of ``k`` four-bars drawn as MJCF usually draws it: every loop through one deep
+    chain of couplers (benchmarks/_peers.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _peers import ladder_chain_mjcf
+
+    return loopdyn.load_mjcf(ladder_chain_mjcf(k, **dimensions))
+
+
+def test_sslm_where_every_loop_shares_a_subsystem_factorises_the_gicm_whole():
+    """On the MJCF drawing of a ladder every loop couples with every other, so above
+    `dense.UNROLL` rows SSLM factorises the GICM whole (`forward._plan`, "dense"): its program
+    hardly grows with the loops (lowered, 12 -> 24 loops: 5,773 -> 6,139 operations; block by
+    block 8,010 -> 19,068), it agrees with the KKT solution and SLM, and with every bar in line
+    (coupler + rocker = ground - crank) it is flagged singular."""
+
+    def lowered_ops(mech):
+        sslm = lambda q, qd, tau: forward.solve(mech, q, qd, tau, method="sslm")
+        text = jax.jit(sslm).lower(mech.q0, mech.q0, mech.q0).as_text()
+        return sum(" = " in line and "stablehlo." in line for line in text.splitlines())
+
+    small, mech = chain_ladder(12), chain_ladder(24)
+    assert forward._plan(mech.topology).mode == "dense"
+    assert lowered_ops(mech) <= 1.2 * lowered_ops(small)
+    program = sslm_program(mech)
+    rng = np.random.default_rng(3)
+    n = mech.num_bodies
+    fixed = forward.independent_coordinates(mech)
+    q = kinematics.assemble(mech, mech.q0 + 0.05 * rng.normal(size=n), fixed=fixed)
+    qd, tau = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=n))
+    result = program(q, qd, tau)
+    assert not result.singular
+    for method in ("system", "slm"):
+        reference = forward.solve(mech, q, qd, tau, method=method)
+        assert relative(result.qdd, reference.qdd) < 1e-11
+        assert relative(result.lam, reference.lam) < 1e-10
+    flat = chain_ladder(24, coupler=0.02, rocker=0.031)
     assert forward.solve(flat, flat.q0, jnp.zeros(n), jnp.ones(n), method="sslm").singular
 
 
