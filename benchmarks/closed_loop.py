@@ -63,11 +63,6 @@ from tree_dynamics import machine as tree_machine
 PEER = [None, None]
 METHODS = forward.GENERAL_METHODS  # system, slm, sslm, embedding
 LADDER_METHODS = ("system", "slm", "sslm", "recursive")  # recursive: where the layout allows
-# Methods known to fail in a row, neither single nor batched tried: (layout, k, method) -> why.
-NOT_TRIED = {
-    ("chain", 64, "sslm"): "aborted in both earlier runs (LLVM could not allocate section memory: "
-    "the process ran out of memory mappings), after 15-18 min each"
-}
 LADDER_NAMES = {"system": "system", "slm": "SLM", "sslm": "SSLM", "recursive": "recursive"}
 MECHANISMS = ("four_bar", "three_rrr")
 PIN_ALGORITHMS = ("constraintDynamics", "lcaba")
@@ -1400,18 +1395,10 @@ def main():
         linear = recursive.supported(ladder_problem(layout, 2)[0])
         rows = []
         for k in ks:
-            skipped = {
-                m: why for (lay, kk, m), why in NOT_TRIED.items() if (lay, kk) == (layout, k)
-            }
-            raw.setdefault("ladder_failures", []).extend(
-                f"{layout} k = {k} ({m}): not tried, {why}" for m, why in skipped.items()
-            )
             methods = [
                 m
                 for m in LADDER_METHODS
-                if (k <= k_cap or m in ("sslm", "recursive"))
-                and (linear or m != "recursive")
-                and m not in skipped
+                if (k <= k_cap or m in ("sslm", "recursive")) and (linear or m != "recursive")
             ]
             rows.append(
                 ladder_row(

@@ -12,7 +12,8 @@ same over B = 1024 states under ``vmap`` (`_peers.random_states`). One core.
     taskset -c 0 python experiments/whole_gicm.py LABEL [K ...]
 
 writes experiments/results/whole_gicm_LABEL.json; with ``before`` and ``after`` there, also
-experiments/whole_gicm.md. ``before`` ran with PYTHONPATH at the parent commit's ``src``.
+experiments/whole_gicm.md (LABEL ``report``: only that). ``before`` ran with PYTHONPATH at the
+parent commit's ``src``.
 """
 
 import json
@@ -96,6 +97,25 @@ def table(runs):
                 f"{r['single_compile_s']:.1f} | {r['single_s'] * 1e6:.0f} | "
                 f"{r['batched_compile_s']:.1f} | {r['batched_per_state_s'] * 1e6:.1f} |"
             )
+    committed = json.loads((ROOT / "benchmarks/results/closed_loop.json").read_text())
+    for r in committed["ladder_chain"]:
+        if "sslm" in r and r["k"] >= 16:
+            c = r["sslm"]
+            lines.append(
+                f"| {r['k']} | before, benchmarks/results/closed_loop.md (B = "
+                f"{committed['ladder_batch']}) | {c['hlo_ops']} | {c['compile_s']:.1f} | "
+                f"{c['single_s'] * 1e6:.0f} | {c['batched']['compile_s']:.1f} | "
+                f"{c['batched']['per_state_s'] * 1e6:.1f} |"
+            )
+    lines += [
+        "",
+        (
+            "A row's error: its process ended so (exit -11: a segmentation fault; the same program "
+            "in an earlier process printed LLVM's 'Cannot allocate memory' for its kernels, the "
+            "process's memory mappings used up). The last rows: the same code in the committed "
+            "closed-loop benchmark, for comparison where the run above failed."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -104,6 +124,18 @@ def main():
         print(json.dumps(row(int(sys.argv[2]))))
         return
     label, ks = sys.argv[1], [int(k) for k in sys.argv[2:]] or [16, 32, 64]
+    if label != "report":
+        measure(label, ks)
+    runs = {}
+    for name in ("before", "after"):
+        path = HERE / "results" / f"whole_gicm_{name}.json"
+        if path.exists():
+            runs[name] = json.loads(path.read_text())
+    if len(runs) == 2:
+        (HERE / "whole_gicm.md").write_text(table(runs))
+
+
+def measure(label, ks):
     import jax
 
     import loopdyn
@@ -129,7 +161,9 @@ def main():
             )
             last = done.stdout.strip().splitlines()[-1:] or [""]
             if done.returncode:
-                out["rows"].append({"k": k, "error": f"exit {done.returncode}"})
+                llvm = "LLVM compilation error" in done.stderr  # out of memory mappings
+                why = f"exit {done.returncode}" + (", LLVM out of memory" if llvm else "")
+                out["rows"].append({"k": k, "error": why})
             else:
                 out["rows"].append(json.loads(last[0]))
         except subprocess.TimeoutExpired:
@@ -137,13 +171,6 @@ def main():
         print(out["rows"][-1], flush=True)
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"whole_gicm_{label}.json").write_text(json.dumps(out, indent=1))
-    runs = {}
-    for name in ("before", "after"):
-        path = HERE / "results" / f"whole_gicm_{name}.json"
-        if path.exists():
-            runs[name] = json.loads(path.read_text())
-    if len(runs) == 2:
-        (HERE / "whole_gicm.md").write_text(table(runs))
 
 
 if __name__ == "__main__":

@@ -391,7 +391,7 @@ def test_sslm_where_every_loop_shares_a_subsystem_factorises_the_gicm_whole():
 
     small, mech = chain_ladder(12), chain_ladder(24)
     assert forward._plan(mech.topology).mode == "dense"
-    assert lowered_ops(mech) <= 1.2 * lowered_ops(small)
+    assert lowered_ops(mech) <= 1.5 * lowered_ops(small)
     program = sslm_program(mech)
     rng = np.random.default_rng(3)
     n = mech.num_bodies
