@@ -27,8 +27,8 @@ while loop into one kernel instead when the loop holds no scatter and no library
 turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for any
 of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
-of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 8.6 ms,
-1.86 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
+of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 7.8 ms,
+1.83 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
 compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s). XLA takes the limit
 from the ``XLA_FLAGS`` environment variable only, read once when JAX starts its CPU backend, and it
 applies to every program of the process: `use_loop_kernels` sets it when called first; the command
