@@ -19,8 +19,8 @@ import pytest
 # at rounding level (`SAME_ROUNDING_ACROSS_BATCHES`) keep XLA's default. Left alone where
 # XLA_FLAGS names the flag. Set in `pytest_configure`, once the files to run are known and before
 # any test creates JAX's CPU client.
-# JAX 0.11's XLA has no such flag (0.10.2's has; an unknown flag in XLA_FLAGS aborts the process).
 SAME_ROUNDING_ACROSS_BATCHES = ("test_montecarlo.py",)
+# JAX 0.11's XLA has no such flag (0.10.2's has; an unknown flag in XLA_FLAGS aborts the process).
 OLDER_EMITTERS = jax.__version_info__ < (0, 11)
 # XLA checks the whole program after every HLO pass (HloVerifier as the pipeline's invariant
 # checker): 6 % of test_tree's CPU samples (perf), a sixth of its compile time. It checks XLA,

@@ -180,7 +180,7 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     batched operation (gathers and scatters with static indices), so the program grows with the
     number of block shapes, not of blocks; up to `_PER_BLOCK_LOOPS` loops, block by block."""
     top = mech.topology
-    if len(top.loops) <= _PER_BLOCK_LOOPS or _plan(top).mode != "scan":
+    if _mode(top) != "scan":
         return _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte)
     plan = _plan(top)
     phi_hat, inertias, motion = tree.subsystem_stack_terms(  # all phi_hat_j, I_j at once, O(n)
@@ -235,7 +235,7 @@ def _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     for j, inertia in zip(acted_on, inertias):
         jac_t[j] = jnp.concatenate([blocks[i, j].T for i in acting[j]], axis=1)
         whole[j] = dense.cho_solve(dense.cholesky(inertia), jac_t[j])
-    if len(top.loops) > _PER_BLOCK_LOOPS and _plan(top).mode == "dense":
+    if _mode(top) == "dense":
         return _whole_gicm(top, acting, jac_t, whole, phi_hat, psi)
     i_hat_t = {}  # (i, j) -> I_j^-1 J_{i,j}^T
     for j in acted_on:
@@ -290,6 +290,12 @@ def _grouped(items, key):
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return list(groups.values())
+
+
+def _mode(top) -> str:
+    """How SSLM reduces the GICM of ``top``: ``"per_block"`` up to `_PER_BLOCK_LOOPS` loops,
+    else `_plan`'s mode."""
+    return "per_block" if len(top.loops) <= _PER_BLOCK_LOOPS else _plan(top).mode
 
 
 @functools.cache
