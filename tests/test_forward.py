@@ -423,3 +423,29 @@ def test_sslm_off_a_chain_of_loops_goes_block_by_block():
     assert not result.singular
     assert relative(result.qdd, reference.qdd) < 1e-10
     assert relative(result.lam, reference.lam) < 1e-10
+
+
+def test_sslm_solves_the_subsystems_no_loop_acts_on():
+    """A double pendulum beside a four-bar (block by block) and beside an 8-loop ladder (scan):
+    SSLM gives the pendulum its open-tree accelerations (`tree.forward_dynamics`, from its own
+    ``I_j^-1 phi_j``) and the whole solution agrees with the KKT one."""
+    b = loopdyn.MechanismBuilder(planar=True)
+    b.add_body("upper", 1.2, (0.1, 0.0, 0.0), 0.01).add_body("lower", 0.7, (0.08, 0.0, 0.0), 0.005)
+    b.add_joint("shoulder", "revolute", "ground", "upper", position=(0.5, 0.3, 0.0))
+    b.add_joint("elbow", "revolute", "upper", "lower", position=(0.2, 0.0, 0.0))
+    pendulum = b.build()
+    rng = np.random.default_rng(4)
+    for closed, mode in ((library("four_bar"), "per_block"), (mechanisms.ladder(8), "scan")):
+        mech = side_by_side([pendulum, closed])[0]
+        assert forward._mode(mech.topology) == mode
+        assert 0 not in {j for _, j in mech.topology.blocks}  # the pendulum's subsystem
+        n = mech.num_bodies
+        qd = kinematics.project_velocity(mech, mech.q0, jnp.asarray(rng.normal(size=n)))
+        tau = jnp.asarray(rng.normal(size=n))
+        result = forward.solve(mech, mech.q0, qd, tau, method="sslm")
+        reference = forward.solve(mech, mech.q0, qd, tau, method="system")
+        assert not result.singular
+        assert relative(result.qdd, reference.qdd) < 1e-13, mode
+        assert relative(result.lam, reference.lam) < 1e-13, mode
+        alone = tree.forward_dynamics(pendulum, mech.q0[:2], qd[:2], tau[:2])
+        assert relative(result.qdd[:2], alone) < 1e-13, mode

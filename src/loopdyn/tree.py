@@ -879,18 +879,20 @@ def _on_path(parent: tuple[int, ...]) -> np.ndarray:
     return on_path
 
 
-def _inertia_blocks(mech, params, frames, ranges):
-    """The diagonal blocks of ``I`` over the coordinate ``ranges`` from the `_frames`, the
-    joints' armature on the diagonal."""
-    groups = [(stop - start, (start,)) for start, stop in ranges]
-    return [stack[0] for stack in _inertia_block_stacks(mech, params, frames, groups)]
+def _ranges(ranges):
+    """Coordinate ``ranges`` ``(start, stop)`` as `_inertia_block_stacks` groups of one."""
+    return tuple((stop - start, (start,)) for start, stop in ranges)
 
 
-def _inertia_block_stacks(mech, params, frames, groups):
-    """`_inertia_blocks` of equal-size ranges stacked, one gather per group: ``groups`` holds
-    ``(size, starts)``; each stack is ``(len(starts), size, size)``. ``I_ij = p_j . (C_i p_i)``
-    for ``j`` on the path from ``i`` to the ground, the armature on the diagonal."""
-    force = _momentum(mech.planar, _subtree_sums(mech, frames.inertia), frames.subspace)
+def _inertia_block_stacks(mech, params, frames, groups, composite=None):
+    """The diagonal blocks of ``I`` over equal-size coordinate ranges, stacked, one gather per
+    group: ``groups`` holds ``(size, starts)``; each stack is ``(len(starts), size, size)``.
+    ``I_ij = p_j . (C_i p_i)`` for ``j`` on the path from ``i`` to the ground, with ``C_i`` the
+    ``composite`` (subtree) extended mass matrix at ``i`` (summed here unless given), the joints'
+    armature on the diagonal."""
+    if composite is None:
+        composite = _subtree_sums(mech, frames.inertia)
+    force = _momentum(mech.planar, composite, frames.subspace)
     on_path, s, stacks = _on_path(mech.parent), frames.subspace, []
     for size, starts in groups:
         k = np.add.outer(np.asarray(starts, dtype=int), np.arange(size))
@@ -906,7 +908,8 @@ def _inertia_block_stacks(mech, params, frames, groups):
 
 
 def _mass_matrix_blocks(mech, ranges, params, q, _):
-    return _inertia_blocks(mech, params, _frames(mech, params, q), ranges)
+    stacks = _inertia_block_stacks(mech, params, _frames(mech, params, q), _ranges(ranges))
+    return [stack[0] for stack in stacks]
 
 
 @compilation.jit
@@ -1017,39 +1020,37 @@ def body_motion(mech: Mechanism, q, qd=None) -> Motion:
     return _batched(mech, core, q=q, qd=qd)
 
 
-def _subsystem_terms(mech, ranges, params, q, qd, tau, f_ext):
+def _subsystem_terms(mech, groups, params, q, qd, tau, f_ext):
+    """``phi = tau - N^T w`` (the joint forces at ``qdd = 0``, `_joint_forces`) and the stacked
+    ``I_j`` from one base -> tips pass and one tips -> base pass summing the bodies' wrenches and
+    extended mass matrices together."""
     frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
-    qdd = _articulated(mech, params, frames, tau, f_ext)
-    return qdd, _inertia_blocks(mech, params, frames, ranges), _motion(mech, params, frames, q, qd)
-
-
-@compilation.jit
-def subsystem_terms(
-    mech: Mechanism, q, qd, tau, ranges, f_ext=None
-) -> tuple[Float[Array, "... n"], list[Float[Array, "... k k"]], Motion]:
-    """What the subsystem-level multipliers take from the tree, from one base -> tips pass:
-    `forward_dynamics` (the open tree's ``qdd``, all ``phi_hat_j`` of seed 000 eq. 20),
-    `mass_matrix_blocks` over ``ranges`` (the ``I_j``) and the `body_motion` for the loops."""
-    core = functools.partial(_subsystem_terms, mech, ranges)
-    return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
-
-
-def _subsystem_stack_terms(mech, groups, params, q, qd, tau, f_ext):
-    frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
-    qdd = _articulated(mech, params, frames, tau, f_ext)
-    stacks = _inertia_block_stacks(mech, params, frames, groups)
-    return qdd, stacks, _motion(mech, params, frames, q, qd)
+    wrenches = _wrenches(mech, frames, _external(mech, frames, f_ext))
+    composite, total = _subtree_sums(mech, (frames.inertia, wrenches))
+    stacks = _inertia_block_stacks(mech, params, frames, groups, composite)
+    return tau - _dot(frames.subspace, total), stacks, _motion(mech, params, frames, q, qd)
 
 
 @compilation.jit
 def subsystem_stack_terms(
     mech: Mechanism, q, qd, tau, groups, f_ext=None
 ) -> tuple[Float[Array, "... n"], list[Float[Array, "... g k k"]], Motion]:
-    """`subsystem_terms` with the ``I_j`` of equal size stacked: ``groups`` holds
-    ``(size, starts)``, one stack ``(..., len(starts), size, size)`` each, so the program does
-    not grow with the number of subsystems."""
-    core = functools.partial(_subsystem_stack_terms, mech, groups)
+    """What the subsystem-level multipliers take from the tree: ``phi = tau - C qd - g + N^T
+    f_ext`` (seed 000 eq. 6 without multipliers), the diagonal blocks ``I_j`` of the mass matrix
+    over the subsystems (seed 000 eq. 20), equal sizes stacked (``groups`` holds ``(size,
+    starts)``, one stack ``(..., len(starts), size, size)`` each, so the program does not grow
+    with the number of subsystems) and the `body_motion` for the loops: one pass each way."""
+    core = functools.partial(_subsystem_terms, mech, groups)
     return _batched(mech, core, f_ext, q=q, qd=qd, tau=tau)
+
+
+def subsystem_terms(
+    mech: Mechanism, q, qd, tau, ranges, f_ext=None
+) -> tuple[Float[Array, "... n"], list[Float[Array, "... k k"]], Motion]:
+    """`subsystem_stack_terms` with one block per coordinate range ``(start, stop)`` of
+    ``ranges`` (e.g. ``mech.topology.coordinate_slices``)."""
+    phi, stacks, motion = subsystem_stack_terms(mech, q, qd, tau, _ranges(ranges), f_ext)
+    return phi, [stack[..., 0, :, :] for stack in stacks], motion
 
 
 def _recursion_terms(mech, params, q, qd, f_ext):
@@ -1071,17 +1072,11 @@ def recursion_terms(
     return _batched(mech, functools.partial(_recursion_terms, mech), f_ext, q=q, qd=qd)
 
 
-def _system_terms(mech, params, q, qd, tau, f_ext):
-    frames = _frames(mech, params, q, qd, jnp.zeros_like(qd))
-    (mass,) = _inertia_blocks(mech, params, frames, ((0, mech.num_bodies),))
-    return tau - _joint_forces(mech, frames, f_ext), mass, _motion(mech, params, frames, q, qd)
-
-
-@compilation.jit
 def system_terms(
     mech: Mechanism, q, qd, tau, f_ext=None
 ) -> tuple[Float[Array, "... n"], Float[Array, "... n n"], Motion]:
-    """What the system-level methods take from the tree, from one base -> tips pass: the
+    """What the system-level methods take from the tree (`subsystem_stack_terms`): the
     right-hand side ``phi = tau - C qd - g + N^T f_ext`` (``tau`` less `bias_forces`, seed 000
     eq. 6), `mass_matrix` and the `body_motion` for the loops."""
-    return _batched(mech, functools.partial(_system_terms, mech), f_ext, q=q, qd=qd, tau=tau)
+    phi, (mass,), motion = subsystem_terms(mech, q, qd, tau, ((0, mech.num_bodies),), f_ext)
+    return phi, mass, motion

@@ -74,7 +74,7 @@ def side_by_side(mechs):
             for c in m.cut_joints
         ]
         coordinates.append(own)
-        rows.append(np.concatenate([np.arange(top.num_rows)[top.rows(i)] for i in loops]))
+        rows.append(np.arange(top.num_rows)[[r for i in loops for r in range(*top.row_slices[i])]])
         assert len(rows[k]) == m.topology.num_rows
         start += m.num_bodies
     return union, coordinates, rows
