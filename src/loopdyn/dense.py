@@ -15,7 +15,8 @@ see no derivatives. Their derivative rules are written out (``custom_jvp``), and
 the factors is a ``lax.custom_linear_solve``, which JAX differentiates from the system it solves
 and transposes by solving with the transpose.
 
-- `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions.
+- `cholesky`, `cho_solve`: ``A = L L^T`` column by column, then two triangular substitutions;
+  `spd_solve` both at once, with the factor's pivots.
 - `solve`: Gaussian elimination with partial pivoting (row swaps as one-hot arithmetic).
 - `svd`, `singular_values`, `pinv`, `lstsq`, `complement`: one-sided Jacobi (Hestenes 1958):
   plane rotations of the rows of ``A``, disjoint pairs at once in a loop (not unrolled, so the
@@ -322,10 +323,14 @@ def cholesky(a):
     is not positive definite, like LAPACK's. Unrolled as scalar expressions of the entries,
     stacked once: the entries of one column scale by one reciprocal of its pivot, so XLA fuses
     the whole factorisation into a few operations."""
-    n = a.shape[-1]
-    if n > UNROLL:
+    if a.shape[-1] > UNROLL:
         return _large_cholesky(a)
-    a, zero = _entries(a), jnp.zeros_like(a[..., 0, 0])
+    return _matrix(_factor(_entries(a)))
+
+
+def _factor(a):
+    """`cholesky` on entries (nested lists), zeros above the diagonal."""
+    n, zero = len(a), jnp.zeros_like(a[0][0])
     l = [[zero] * n for _ in range(n)]
     for j in range(n):
         pivot = jnp.sqrt(a[j][j] - sum((l[j][k] ** 2 for k in range(j)), zero))
@@ -333,7 +338,7 @@ def cholesky(a):
         l[j][j] = pivot
         for i in range(j + 1, n):
             l[i][j] = (a[i][j] - sum((l[i][k] * l[j][k] for k in range(j)), zero)) * scale
-    return _matrix(l)
+    return l
 
 
 def _substitute(l, b, rows, transpose):
@@ -352,9 +357,83 @@ def cho_solve(l, b):
     n = l.shape[-1]
     if n > UNROLL:
         return _large_cho_solve(l, b)
-    entries, rows = _entries(l), [b[k] for k in range(n)]
-    y = _substitute(entries, rows, range(n), False)
-    return jnp.stack(_substitute(entries, y, reversed(range(n)), True))
+    return _solve_factored(_entries(l), b)
+
+
+def _solve_factored(l, b):
+    """`cho_solve` with the factor as entries."""
+    y = _substitute(l, [b[k] for k in range(len(l))], range(len(l)), False)
+    return jnp.stack(_substitute(l, y, reversed(range(len(l))), True))
+
+
+def spd_solve(a, b):
+    """``(a^-1 b, pivots)`` for symmetric positive definite ``a`` (lower triangle read) and ``b``
+    a vector or a matrix of columns, ``pivots`` the diagonal of the Cholesky factor (NaN where
+    ``a`` is not positive definite). One matrix of 3 to `UNROLL` rows takes `_by_columns`, O(n)
+    operations on vectors; under ``vmap``, and for 1 or 2 rows, `cholesky` and `cho_solve` on
+    entries without forming the factor, whose operations are vectors over the batch (by
+    columns, a batch of 4096 5x5 solves took 523 instead of 244 ns per matrix). Derivatives as
+    those of `cholesky` and `cho_solve`."""
+    n = a.shape[-1]
+    if n > UNROLL:
+        factor = _large_cholesky(a)
+        return _large_cho_solve(factor, b), jnp.diagonal(factor)
+    return (_by_entries if n < 3 else _one_or_many)(a, b)
+
+
+def _by_entries(a, b):
+    """`spd_solve` by `cholesky` and `cho_solve` on entries, without forming the factor."""
+    l = _factor(_entries(a))
+    return _solve_factored(l, b), jnp.stack([l[j][j] for j in range(len(l))])
+
+
+def _by_columns(a, b):
+    """`spd_solve` of one matrix: the outer-product Cholesky factorisation keeping the factor's
+    columns as vectors, then both substitutions column by column. Above the diagonal the columns
+    keep rounding residues of the eliminated rows instead of zeros: they only ever meet rows
+    already solved (forward) or not yet solved, still zero (back), so they change nothing, and
+    masking them out cost operations. A 5x5 factor-and-solve of 5 columns with its pivots lowered
+    to 168 instead of 359 operations (`cholesky`, `cho_solve`) and ran in 294 instead of 384 ns
+    inside a compiled loop (one core, medians of 15 interleaved runs; 8x8 with 9 columns: 270
+    instead of 850 operations, 801 instead of 1,364 ns)."""
+    n = a.shape[-1]
+    y = b[:, None] if b.ndim == 1 else b
+    columns, pivots = [], []
+    for j in range(n):
+        pivots.append(jnp.sqrt(a[j : j + 1, j]))
+        columns.append(a[:, j] / pivots[j])
+        if j + 1 < n:
+            a = a - columns[j][:, None] * columns[j][None, :]
+    solved = []
+    for j in range(n):  # L z = b: z_j, then its column of L out of the later rows
+        solved.append(y[j : j + 1] / pivots[j][:, None])
+        y = y - columns[j][:, None] * solved[j]
+    lower = jnp.stack(columns, axis=1)  # L, its rows the columns of L^T
+    x, z = [None] * n, jnp.concatenate(solved)
+    for j in reversed(range(n)):  # L^T x = z: x_j, then its row of L out of the earlier rows
+        x[j] = z[j : j + 1] / pivots[j][:, None]
+        z = z - lower[j][:, None] * x[j]
+    x = jnp.concatenate(x)
+    return (x[:, 0] if b.ndim == 1 else x), jnp.concatenate(pivots)
+
+
+@jax.custom_jvp
+def _one_or_many(a, b):
+    return _by_columns_or_entries(a, b)
+
+
+_one_or_many.defjvp(lambda primals, tangents: jax.jvp(_by_entries, primals, tangents))
+
+
+@jax.custom_batching.custom_vmap
+def _by_columns_or_entries(a, b):
+    return _by_columns(a, b)
+
+
+@_by_columns_or_entries.def_vmap
+def _batched_by_entries(axis_size, in_batched, a, b):
+    axes = tuple(0 if batched else None for batched in in_batched)
+    return jax.vmap(_by_entries, in_axes=axes)(a, b), (True, True)
 
 
 @jax.jit

@@ -124,10 +124,10 @@ def _body_wrenches(mech, q, qd, f_ext):
     return springs if f_ext is None else springs + f_ext
 
 
-def _pivot_is_small(factor, block):
+def _pivot_is_small(pivots, block):
     """Whether the Cholesky factor of a positive semi-definite ``block`` has a vanishing pivot
-    (`dense.small_pivots` against the block's largest diagonal entry)."""
-    return dense.small_pivots(jnp.diagonal(factor), jnp.max(jnp.abs(jnp.diagonal(block))))
+    among its ``pivots`` (`dense.small_pivots` against the block's largest diagonal entry)."""
+    return dense.small_pivots(pivots, jnp.max(jnp.abs(jnp.diagonal(block))))
 
 
 def _psi(phi, velocity, bias, baumgarte):
@@ -167,13 +167,11 @@ def _dense_kkt(mech, q, qd, tau, f_ext, baumgarte):
 def _system_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     """Seed 000 eqs. 11-12 with one Cholesky factorisation of the whole ``I``."""
     jac, psi, inertia, phi = _dense_terms(mech, q, qd, tau, f_ext, baumgarte)
-    inertia = dense.cholesky(inertia)
-    phi_hat = dense.cho_solve(inertia, phi)
-    i_hat_t = dense.cho_solve(inertia, jac.T)
+    solved, _ = dense.spd_solve(inertia, jnp.concatenate([phi[:, None], jac.T], axis=1))
+    phi_hat, i_hat_t = solved[:, 0], solved[:, 1:]
     gicm = jac @ i_hat_t
-    factor = dense.cholesky(gicm)
-    lam = dense.cho_solve(factor, psi - jac @ phi_hat)
-    return Solution(phi_hat + i_hat_t @ lam, lam, _pivot_is_small(factor, gicm))
+    lam, pivots = dense.spd_solve(gicm, psi - jac @ phi_hat)
+    return Solution(phi_hat + i_hat_t @ lam, lam, _pivot_is_small(pivots, gicm))
 
 
 def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
@@ -200,9 +198,7 @@ def _subsystem_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     phi_hat, solved = jnp.zeros_like(phi), []
     for group, inertia in zip(plan.subsystems, inertias):
         columns = [flat_jac[group.jac_t], placement.take(phi, group.coordinates)[..., None]]
-        x = jax.vmap(dense.cho_solve)(
-            jax.vmap(dense.cholesky)(inertia), jnp.concatenate(columns, -1)
-        )
+        x, _ = jax.vmap(dense.spd_solve)(inertia, jnp.concatenate(columns, -1))
         phi_hat = placement.put(phi_hat, group.coordinates, x[..., -1])
         solved.append(x[..., :-1])
     terms = jnp.zeros((top.num_rows, 2), q.dtype)  # J qd and J phi_hat
@@ -243,7 +239,7 @@ def _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte):
     jac_t, whole, phi_hat = {}, {}, []  # j -> [J_{i,j}^T ...], I_j^-1 [J_{i,j}^T ...] over loops i
     for j, inertia in enumerate(inertias):  # with phi_hat_j = I_j^-1 phi_j (eqs. 20, 22)
         columns = [phi[top.coordinates(j), None]] + [blocks[i, j].T for i in acting[j]]
-        x = dense.cho_solve(dense.cholesky(inertia), jnp.concatenate(columns, axis=1))
+        x, _ = dense.spd_solve(inertia, jnp.concatenate(columns, axis=1))
         phi_hat.append(x[:, 0])
         if acting[j]:
             jac_t[j], whole[j] = jnp.concatenate(columns[1:], axis=1), x[:, 1:]
@@ -457,11 +453,11 @@ def _chain_elimination(count, products, targets, rhs):
         schur, reduced = carry
         block, rhs, coupling = step
         block = block - schur
-        factor = dense.cholesky(block)
-        solved = dense.cho_solve(factor, jnp.concatenate([coupling.T, (rhs - reduced)[:, None]], 1))
+        columns = jnp.concatenate([coupling.T, (rhs - reduced)[:, None]], 1)
+        solved, pivots = dense.spd_solve(block, columns)
         return (coupling @ solved[:, :-1], coupling @ solved[:, -1]), (
             solved,
-            _pivot_is_small(factor, block),
+            _pivot_is_small(pivots, block),
         )
 
     start = (jnp.zeros((rows, rows), rhs.dtype), jnp.zeros(rows, rhs.dtype))
@@ -495,41 +491,41 @@ def _whole_gicm(top, acting, jac_t, whole, phi_hat, psi):
     rhs = psi - placement.add_at(
         jnp.zeros_like(psi), np.concatenate([*rows.values()]), jnp.concatenate(reduced)
     )
-    factor = dense.cholesky(gicm)
-    lam = dense.cho_solve(factor, rhs)
+    lam, pivots = dense.spd_solve(gicm, rhs)
     columns = np.concatenate([np.arange(*top.coordinate_slices[j]) for j in acting])
     corrections = jnp.concatenate([whole[j] @ placement.take(lam, rows[j]) for j in acting])
     return Solution(
-        placement.add_at(phi_hat, columns, corrections), lam, _pivot_is_small(factor, gicm)
+        placement.add_at(phi_hat, columns, corrections), lam, _pivot_is_small(pivots, gicm)
     )
 
 
 def _block_elimination(order, gicm, rhs):
     """Solve the symmetric positive definite block system ``G lam = rhs`` whose non-zero blocks
-    are the keys of ``gicm`` (``(r, s)`` and ``(s, r)``): eliminate the loops in ``order``
-    (Cholesky of each pivot block, Schur complements onto the remaining neighbours, creating the
-    fill-in blocks on the way), then substitute back in reverse order."""
+    are the keys of ``gicm`` (``(r, s)`` and ``(s, r)``): eliminate the loops in ``order`` (each
+    pivot block's solve of its couplings and right-hand side at once, Schur complements onto the
+    remaining neighbours, creating the fill-in blocks on the way), then substitute back in
+    reverse order: ``lam_k = D_k^-1 rhs_k - sum_r (D_k^-1 G_{k,r}) lam_r``."""
     gicm, rhs = dict(gicm), list(rhs)
     neighbours = {r: {s for (a, s) in gicm if a == r and s != r} for r in range(len(rhs))}
-    done, factors, later, singular = set(), {}, {}, jnp.asarray(False)
+    done, solved, later, singular = set(), {}, {}, jnp.asarray(False)
     for k in order:
-        factors[k] = dense.cholesky(gicm[k, k])
-        singular = singular | _pivot_is_small(factors[k], gicm[k, k])
         later[k] = sorted(neighbours[k] - done)
-        solved = {r: dense.cho_solve(factors[k], gicm[k, r]) for r in later[k]}
-        step = dense.cho_solve(factors[k], rhs[k])
+        columns = [gicm[k, r] for r in later[k]] + [rhs[k][:, None]]
+        x, pivots = dense.spd_solve(gicm[k, k], jnp.concatenate(columns, axis=1))
+        singular = singular | _pivot_is_small(pivots, gicm[k, k])
+        solved[k] = jnp.split(x, np.cumsum([c.shape[1] for c in columns])[:-1], axis=1)
         for r in later[k]:
-            rhs[r] = rhs[r] - gicm[r, k] @ step
-            for s in later[k]:
-                update = gicm[r, k] @ solved[s]
+            rhs[r] = rhs[r] - gicm[r, k] @ solved[k][-1][:, 0]
+            for s, other in zip(later[k], solved[k]):
+                update = gicm[r, k] @ other
                 gicm[r, s] = gicm[r, s] - update if (r, s) in gicm else -update
             neighbours[r].update(later[k])
             neighbours[r].discard(r)
         done.add(k)
     lam = [None] * len(rhs)
     for k in reversed(order):
-        coupled = sum((gicm[k, r] @ lam[r] for r in later[k]), jnp.zeros_like(rhs[k]))
-        lam[k] = dense.cho_solve(factors[k], rhs[k] - coupled)
+        coupled = sum((x @ lam[r] for r, x in zip(later[k], solved[k])), 0.0)
+        lam[k] = solved[k][-1][:, 0] - coupled
     return lam, singular
 
 
@@ -580,8 +576,7 @@ def _embedded(mech, q, qd, tau, f_ext, baumgarte, independent):
     t = t.at[independent, jnp.arange(independent.size)].set(1.0)
     t = t.at[dependent].set(-solved[:, :-1])
     c = jnp.zeros(n, q.dtype).at[dependent].set(solved[:, -1])
-    reduced = dense.cholesky(t.T @ inertia @ t)
-    qdd = t @ dense.cho_solve(reduced, t.T @ (phi - inertia @ c)) + c
+    qdd = t @ dense.spd_solve(t.T @ inertia @ t, t.T @ (phi - inertia @ c))[0] + c
     lam = dense.lstsq(jac.T, inertia @ qdd - phi)
     s = dense.singular_values(jac_d)
     singular = ~jnp.all(jnp.isfinite(qdd)) | (
