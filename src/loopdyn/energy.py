@@ -18,7 +18,7 @@ def kinetic_energy(
     """``1/2 sum_i t_i^T M_i t_i`` over the body twists plus ``1/2 sum_i armature_i qd_i^2``
     (equal to ``1/2 qd^T I qd``); ``motion``: the bodies' `tree.Motion` at ``(q, qd)`` when
     known."""
-    motion = tree.body_motion(mech, q, qd) if motion is None else motion
+    motion = tree.body_motion(mech, q, qd, accelerations=False) if motion is None else motion
     t = tree.body_twists(mech, motion)
     bodies = 0.5 * jnp.einsum("ni,nij,nj->", t, tree.body_inertias(mech), t)
     return bodies + 0.5 * jnp.sum(mech.armature * qd**2)
@@ -45,5 +45,5 @@ def potential_energy(mech: Mechanism, q: Float[Array, " nq"], motion=None) -> Fl
 def total_energy(mech: Mechanism, q, qd, motion=None) -> Float[Array, ""]:
     """`kinetic_energy` plus `potential_energy`, from one tree pass (``motion``: the bodies'
     `tree.Motion` at ``(q, qd)``, when known)."""
-    motion = tree.body_motion(mech, q, qd) if motion is None else motion
+    motion = tree.body_motion(mech, q, qd, accelerations=False) if motion is None else motion
     return kinetic_energy(mech, q, qd, motion) + potential_energy(mech, q, motion)

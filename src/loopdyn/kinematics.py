@@ -211,16 +211,25 @@ def _ends(mech, motion, jacobian=False):
         ends = ends._replace(jac_point=jac_point * end_mask, jac_angle=on_path[..., :3] * end_mask)
     if motion.twist is not None:
         t_end = _with_ground(_spatial(mech, motion.twist), np.zeros(6))[bodies]
+        omega = t_end[..., :3]
+        ends = ends._replace(velocity=t_end[..., 3:] + jnp.cross(omega, p), omega=omega)
+    if motion.acceleration is not None:
         dt_end = _with_ground(_spatial(mech, motion.acceleration), np.zeros(6))[bodies]
-        omega, alpha = t_end[..., :3], dt_end[..., :3]
-        velocity = t_end[..., 3:] + jnp.cross(omega, p)
-        ends = ends._replace(
-            velocity=velocity,
-            omega=omega,
-            alpha=alpha,
-            acceleration=dt_end[..., 3:] + jnp.cross(alpha, p) + jnp.cross(omega, velocity),
-        )
+        alpha, omega = dt_end[..., :3], ends.omega
+        acceleration = dt_end[..., 3:] + jnp.cross(alpha, p) + jnp.cross(omega, ends.velocity)
+        ends = ends._replace(alpha=alpha, acceleration=acceleration)
     return ends
+
+
+def _mix(mask, one, zero):
+    """``mask * one() + (1 - mask) * zero()`` per row for a static 0/1 ``mask`` ``(m, 1)``: only
+    the branch every row takes is computed where they all take the same (``one`` and ``zero``
+    are thunks), so a mechanism whose rows are all of one kind pays for that kind only."""
+    if not mask.any():
+        return zero()
+    if mask.all():
+        return one()
+    return mask * one() + (1.0 - mask) * zero()
 
 
 def _by_frame(rows, on_a, on_b):
@@ -234,11 +243,11 @@ def _by_frame(rows, on_a, on_b):
 
 def _directions(ends, rows):
     """Per row: the vectors ``e`` and ``x`` of `_Rows`, in world axes."""
-    rot_a, rot_b = ends.rotation[rows.cut, 0], ends.rotation[rows.cut, 1]
-    turn = _by_frame(rows, rot_a, rot_b)
-    e = rows.turning * jnp.einsum("rij,rj->ri", turn, rows.u) + (1.0 - rows.turning) * rows.u
-    gap = (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
-    x = rows.angle * jnp.einsum("rij,rj->ri", rot_b, rows.w) + (1.0 - rows.angle) * gap
+    rotation = lambda side: ends.rotation[rows.cut, side]
+    turned = lambda: jnp.einsum("rij,rj->ri", _by_frame(rows, rotation(0), rotation(1)), rows.u)
+    e = _mix(rows.turning, turned, lambda: rows.u)
+    gap = lambda: (ends.position[:, 1] - ends.position[:, 0])[rows.cut]
+    x = _mix(rows.angle, lambda: jnp.einsum("rij,rj->ri", rotation(1), rows.w), gap)
     return e, x
 
 
@@ -281,14 +290,20 @@ def _jacobian(ends, rows, e, x, moment=None):
     ``dx = v_b - v_a`` (gap) or ``omega_b x x`` (angle rows), per row over the path of frame a
     and that of frame b: ``(m, L)`` each (entries as in `_ends`). An angle row's derivative is
     ``moment . (omega_b - omega_a)``, ``moment = x X e`` unless given (`_closure`)."""
-    moment = jnp.cross(x, e) if moment is None else moment
-    cut, turns = rows.cut, -rows.turning * moment
-    on_b = rows.angle * jnp.einsum("ri,rli->rl", moment, ends.jac_angle[cut, 1])
-    on_b = on_b + (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 1])
-    if rows.on_b.any():  # across_b rows turn with frame b
-        on_b = on_b + jnp.einsum("ri,rli->rl", rows.on_b * turns, ends.jac_angle[cut, 1])
-    on_a = jnp.einsum("ri,rli->rl", (1.0 - rows.on_b) * turns, ends.jac_angle[cut, 0])
-    on_a = on_a - (1.0 - rows.angle) * jnp.einsum("ri,rli->rl", e, ends.jac_point[cut, 0])
+    given, cut = moment, rows.cut
+    moment = functools.cache(lambda: jnp.cross(x, e) if given is None else given)
+    path = lambda v, jac, side: jnp.einsum("ri,rli->rl", v, jac[cut, side])
+    on_b = _mix(
+        rows.angle,
+        lambda: path(moment(), ends.jac_angle, 1),
+        lambda: path(e, ends.jac_point, 1),
+    )
+    on_a = -_mix(rows.angle, lambda: jnp.zeros_like(on_b), lambda: path(e, ends.jac_point, 0))
+    if rows.turning.any():  # e turns with frame a (frame b on across_b rows)
+        turns = -rows.turning * moment()
+        if rows.on_b.any():
+            on_b = on_b + path(rows.on_b * turns, ends.jac_angle, 1)
+        on_a = on_a + path((1.0 - rows.on_b) * turns, ends.jac_angle, 0)
     return on_a, on_b
 
 
@@ -377,7 +392,7 @@ def _geometric(mech, motion):
         return None, (None, None), None
     ends, rows = _ends(mech, motion, jacobian=True), _rows(mech)
     e, x = _directions(ends, rows)
-    bias = None if motion.twist is None else _bias(ends, rows, e, x)
+    bias = None if motion.acceleration is None else _bias(ends, rows, e, x)
     return _dot(e, x), _jacobian(ends, rows, e, x), bias
 
 
@@ -459,12 +474,13 @@ def _bias(ends, rows, e, x):
     def frame(rate):  # of the frame e turns with: a, or b for across_b rows (none: point rows)
         return rows.turning * _by_frame(rows, rate[rows.cut, 0], rate[rows.cut, 1])
 
+    gap = lambda rate: (rate[:, 1] - rate[:, 0])[rows.cut]
+    on_b = functools.cache(lambda: turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1]))
+    dx = _mix(rows.angle, lambda: on_b()[0], lambda: gap(ends.velocity))
+    ddx = _mix(rows.angle, lambda: on_b()[1], lambda: gap(ends.acceleration))
+    if not rows.turning.any():  # e fixed in the world: point rows
+        return _dot(e, ddx)
     de, dde = turn(e, frame(ends.omega), frame(ends.alpha))
-    dw, ddw = turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1])
-    dgap = (ends.velocity[:, 1] - ends.velocity[:, 0])[rows.cut]
-    ddgap = (ends.acceleration[:, 1] - ends.acceleration[:, 0])[rows.cut]
-    dx = rows.angle * dw + (1.0 - rows.angle) * dgap
-    ddx = rows.angle * ddw + (1.0 - rows.angle) * ddgap
     return _dot(dde, x) + 2.0 * _dot(de, dx) + _dot(e, ddx)
 
 

@@ -358,7 +358,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
 
     def measured(state):
         t, q, qd = state
-        motion = tree.body_motion(mech, q, qd)  # one tree pass for the loops and the energy
+        motion = tree.body_motion(mech, q, qd, accelerations=False)  # for loops and energy
         phi, jac, _ = kinematics.loop_terms_at(mech, motion)
         lam = None
         if options.multipliers:  # a second copy of the dynamics in the program

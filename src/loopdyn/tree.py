@@ -566,12 +566,13 @@ def _parameters(mech) -> _Parameters:
     )
 
 
-def _frames(mech, params, q, qd=None, qdd=None):
+def _frames(mech, params, q, qd=None, qdd=None, bias=True):
     """One base -> tips pass: each body's world pose (its joint pose, computed for all bodies
     before the pass, composed with its parent's), joint-rate propagation vector ``p_i``, and
     given ``qd`` its twist ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in
     the ground frame), and given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i +
-    t_i x p_i qd_i`` with gravity as the ground's. The three bodies of a ball joint share one
+    t_i x p_i qd_i`` with gravity as the ground's (the velocity-product terms ``t_i x p_i qd_i``
+    given ``qd`` unless not ``bias``). The three bodies of a ball joint share one
     frame fixed in its child, so their velocity-product term is ``t_start x p_i qd_i`` with
     ``t_start`` the twist where the joint starts (for a one-body joint ``t_parent x p_i qd_i``,
     the same as ``t_i x p_i qd_i``)."""
@@ -592,19 +593,20 @@ def _frames(mech, params, q, qd=None, qdd=None):
         (r, x, t, start, dt), ((joint_r, joint_x), local, qd, qdd, through) = above, inputs
         r, x = _mm(r, joint_r), x + _mv(r, joint_x)
         s = _motion_to_world(planar, r, x, local)
-        bias = None
+        product = None
         if qd is not None:
             rate = s * qd[:, None]
-            bias = _cross_motion(planar, t if start is None else start, rate)
+            if bias:
+                product = _cross_motion(planar, t if start is None else start, rate)
             t = t + rate
             if start is not None:
                 start = jnp.where(through[:, None, None], start, t)
         if qdd is not None:
-            dt = dt + s * qdd[:, None] + bias
-        return (r, x, t, start, dt), (r, x, s, t, bias, dt)
+            dt = dt + s * qdd[:, None] + product
+        return (r, x, t, start, dt), (r, x, s, t, product, dt)
 
-    r, x, s, t, bias, dt = _down(mech, step, ground, inputs)
-    return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, bias, dt)
+    r, x, s, t, product, dt = _down(mech, step, ground, inputs)
+    return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, product, dt)
 
 
 def _external(mech, frames, f_ext):
@@ -1007,15 +1009,19 @@ def _motion(mech, params, frames, q, qd=None):
 
 
 @compilation.jit
-def body_motion(mech: Mechanism, q, qd=None) -> Motion:
-    """The bodies' `Motion` at ``q`` (and ``qd``): one base -> tips pass."""
+def body_motion(mech: Mechanism, q, qd=None, accelerations=True) -> Motion:
+    """The bodies' `Motion` at ``q`` (and ``qd``; its ``acceleration`` None unless
+    ``accelerations``): one base -> tips pass."""
+
     if qd is None:
         return _batched(
             mech, lambda params, q, _: _motion(mech, params, _frames(mech, params, q), q), q=q
         )
 
     def core(params, q, qd, _):
-        return _motion(mech, params, _frames(mech, params, q, qd, jnp.zeros_like(qd)), q, qd)
+        qdd = jnp.zeros_like(qd) if accelerations else None
+        frames = _frames(mech, params, q, qd, qdd, bias=accelerations)
+        return _motion(mech, params, frames, q, qd)
 
     return _batched(mech, core, q=q, qd=qd)
 
