@@ -21,15 +21,17 @@ _DIRECT = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 def take(x, index, axis=0):
     """``jnp.take(x, index, axis)`` for indices known to lie in ``[0, x.shape[axis])``: a constant
-    array (a slice where it is a contiguous range) or a traced one built from the topology; one
-    gather, without JAX's normalisation of the indices (module docstring)."""
+    array (a slice where it is an increasing, evenly spaced range) or a traced one built from the
+    topology; one gather, without JAX's normalisation of the indices (module docstring)."""
     axis = axis % x.ndim
     static = not isinstance(index, jax.Array)
     if static:
         index = np.asarray(index)
         flat = index.reshape(-1)
-        if flat.size and np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)):
-            part = jax.lax.slice_in_dim(x, int(flat[0]), int(flat[0]) + flat.size, axis=axis)
+        step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+        if flat.size and step > 0 and np.array_equal(flat, flat[0] + step * np.arange(flat.size)):
+            start = int(flat[0])
+            part = jax.lax.slice_in_dim(x, start, start + step * (flat.size - 1) + 1, step, axis)
             return part.reshape(x.shape[:axis] + index.shape + x.shape[axis + 1 :])
     # a constant when static (its own strides: a zero stride lowers as a broadcast)
     index = index.reshape(index.shape + (1,)) if static else index[..., None]
