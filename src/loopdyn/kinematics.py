@@ -201,8 +201,9 @@ def _ends(mech, motion, jacobian=False):
     local_p = jnp.stack([mech.cut_position_a, mech.cut_position_b], axis=1)
     local_r = jnp.stack([mech.cut_rotation_a, mech.cut_rotation_b], axis=1)
     p = _with_ground(motion.position, np.zeros(3))[bodies]
-    p = p + jnp.einsum("ceij,cej->cei", r_body, local_p)
-    ends = _Ends(r_body @ local_r, p)
+    # multiplies and sums rather than dots, which a single state runs as calls of their own
+    p = p + jnp.sum(r_body * local_p[..., None, :], axis=-1)
+    ends = _Ends(jnp.sum(r_body[..., :, :, None] * local_r[..., None, :, :], axis=-2), p)
     if jacobian:
         index, mask = _paths(mech.parent)
         end_mask = jnp.asarray(mask[bodies], p.dtype)[..., None]  # (c, 2, L, 1)
@@ -292,7 +293,7 @@ def _jacobian(ends, rows, e, x, moment=None):
     ``moment . (omega_b - omega_a)``, ``moment = x X e`` unless given (`_closure`)."""
     given, cut = moment, rows.cut
     moment = functools.cache(lambda: jnp.cross(x, e) if given is None else given)
-    path = lambda v, jac, side: jnp.einsum("ri,rli->rl", v, jac[cut, side])
+    path = lambda v, jac, side: jnp.sum(v[:, None, :] * jac[cut, side], axis=-1)
     on_b = _mix(
         rows.angle,
         lambda: path(moment(), ends.jac_angle, 1),

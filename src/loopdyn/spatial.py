@@ -110,7 +110,7 @@ def joint_subspaces(kinds, axes, child_rotations, child_positions):
     for kind in sorted(set(kinds) - {"revolute", "prismatic"}):
         raise ValueError(f"unknown joint kind {kind!r}; expected 'revolute' or 'prismatic'")
     revolute = np.array([k == "revolute" for k in kinds])[:, None]
-    u = jnp.einsum("nij,nj->ni", child_rotations, axes)
+    u = jnp.sum(child_rotations * axes[:, None, :], axis=-1)
     turning = jnp.concatenate([u, jnp.cross(child_positions, u)], axis=1)
     return jnp.where(revolute, turning, jnp.concatenate([jnp.zeros_like(u), u], axis=1))
 

@@ -705,12 +705,18 @@ def _native(core, with_f_ext, base, params, arrays):
     """``core`` over states ``arrays`` ``(*batch, ...)``, ``(*batch, n)`` first, with ``params``
     leaves shared (of ndim ``base``) or per state (``(*batch, ...)``). Runs in chunks of
     `chunking.chunks` states laid out ``(n, ..., chunk)`` (a ``lax.map`` when there are several:
-    each chunk's arrays stay in cache)."""
+    each chunk's arrays stay in cache); one state (no batch axes) is a chunk of one without the
+    reshaping (3-RRR SSLM: 42 fewer lowered operations)."""
     batch = arrays[0].shape[:-1]
     size = int(np.prod(batch, dtype=int))
     leaves, tree = jax.tree.flatten(params)
     per_state = [x.ndim > d for x, d in zip(leaves, base)]
     own = [x for x, p in zip(leaves, per_state) if p]
+    if not batch and not own:  # one state: a batch axis of one, no chunks
+        trailing = [x[..., None] for x in arrays]
+        params = tree.unflatten([x[..., None] for x in leaves])
+        out = core(params, *trailing, *([] if with_f_ext else [None]))
+        return jax.tree.map(lambda o: o[..., 0], out)
     chunk, count = chunking.chunks(size, chunking.state_bytes([*own, *arrays], size))
 
     def split(x):  # (*batch, ...) -> (count, ..., chunk), padded with the last state
