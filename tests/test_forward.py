@@ -380,7 +380,7 @@ def chain_ladder(k, **dimensions):
 def test_sslm_where_every_loop_shares_a_subsystem_factorises_the_gicm_whole():
     """On the MJCF drawing of a ladder every loop couples with every other, so above
     `dense.UNROLL` rows SSLM factorises the GICM whole (`forward._plan`, "dense"): its program
-    grows less than the loops (lowered, 12 -> 24 loops: 3,511 -> 6,139 operations, the 13
+    grows less than the loops (lowered, 12 -> 24 loops: 3,638 -> 6,386 operations, the 13
     coordinates of the 12-loop chain factorised by `dense.spd_solve`'s columns; block by block
     8,010 -> 19,068), it agrees with the KKT solution and SLM, and with every bar in line
     (coupler + rocker = ground - crank) it is flagged singular."""
