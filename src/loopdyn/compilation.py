@@ -56,11 +56,14 @@ the cost: an eager four-bar ``forward_dynamics`` took 58.1 us, and 39.8 us with
 (benchmarks/results/eager.md). That setting is global and fixed when the backend starts, so
 loopdyn leaves it to the user: scripts making many eager single-state calls gain by it. XLA's
 CPU client runs a program on the calling thread anyway where its cost analysis counts fewer than
-1,000 floating-point operations; the four-bar's forward-dynamics program counts 3,761 and the
-3-RRR's 12,126. Each call also creates and releases a handle to every buffer of the program: 123
-for the four-bar's, 87 of them for the scalars of its reductions' computations. In a perf
-profile of synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one core).
-The same evaluation inside a compiled loop costs 3.1 us.
+1,000 floating-point operations; the four-bar's forward-dynamics program counts 2,978 and the
+3-RRR's 11,282 (3,761 and 12,126 before the compact programs of 2026-11-28). Each call also
+creates and releases a handle to every buffer of the program: 123 for the four-bar's on
+2026-11-27, 87 of them for the scalars of its reductions' computations. In a perf profile of
+synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one core). The
+program runs its kernels one by one: 67 for the four-bar and 119 for the 3-RRR (118 and 215
+before; experiments/compact_programs.md, where an eager four-bar call took 53.4 instead of
+59.6 us). The same evaluation inside a compiled loop costs 0.79 us (1.19 before).
 
 Single-state programs (`SINGLE_STATE`: `simulate`'s solve, eager `forward_dynamics` calls) are
 compiled with XLA's older fusion emitters (LLVM IR instead of MLIR), which compile them faster at
