@@ -253,15 +253,15 @@ def _per_block_multipliers(mech, q, qd, tau, f_ext, baumgarte):
         sum(products[j][at[j][i], :2] for j in loop.subsystems) for i, loop in enumerate(top.loops)
     ]
     psi = _psi(residual, jnp.concatenate([t[:, 0] for t in terms]), bias, baumgarte)
+    rhs = psi - jnp.concatenate([t[:, 1] for t in terms])  # Psi_bar (eq. 23)
     if whole_gicm:
-        return _whole_gicm(top, {j: acting[j] for j in acted_on}, jac_t, whole, phi_hat, psi)
-    # GICM blocks G_{r,s} (eq. 25) and the reduced right-hand side Psi_bar (eq. 23).
-    gicm, rhs = {}, []
+        return _whole_gicm(top, {j: acting[j] for j in acted_on}, jac_t, whole, phi_hat, rhs)
+    gicm = {}  # the GICM blocks G_{r,s} (eq. 25)
     for r, loop in enumerate(top.loops):
-        rhs.append(psi[top.rows(r)] - terms[r][:, 1])
         for s in [r, *top.loop_graph[r]]:
             shared = sorted(set(loop.subsystems) & set(top.loops[s].subsystems))
             gicm[r, s] = sum(products[j][at[j][r], 2:][:, at[j][s]] for j in shared)
+    rhs = [rhs[top.rows(r)] for r in range(len(top.loops))]
     lam, singular = _block_elimination(top.elimination_order, gicm, rhs)
     corrections = [  # sum_i I_hat_{i,j}^T lam_i (eq. 21)
         _product(whole[j], jnp.concatenate([lam[i] for i in acting[j]])[:, None])[:, 0]
@@ -485,13 +485,13 @@ def _chain_elimination(count, products, targets, rhs):
     return lam.reshape(-1), jnp.any(small)
 
 
-def _whole_gicm(top, acting, jac_t, whole, phi_hat, psi):
+def _whole_gicm(top, acting, jac_t, whole, phi_hat, rhs):
     """SSLM's last steps with the GICM whole, for loop graphs whose block elimination would fill
     in completely (`_plan`, ``"dense"``) and so emit operations cubic in the loops:
-    ``G = sum_j J_j I_j^-1 J_j^T`` and ``Psi_bar = Psi - sum_j J_j phi_hat_j`` (eqs. 23, 25
-    summed subsystem by subsystem, ``J_j`` the rows of the loops ``acting`` on subsystem j,
-    ``jac_t[j] = J_j^T``, ``whole[j] = I_j^-1 J_j^T``) each assembled by one placement, one
-    Cholesky factor of ``G``, and ``qdd = phi_hat + sum_j I_j^-1 J_j^T lam_j`` (eq. 21)."""
+    ``G = sum_j J_j I_j^-1 J_j^T`` (eq. 25 summed subsystem by subsystem, ``J_j`` the rows of
+    the loops ``acting`` on subsystem j, ``jac_t[j] = J_j^T``, ``whole[j] = I_j^-1 J_j^T``)
+    assembled by one placement, one Cholesky factor of ``G`` for ``G lam = rhs`` (``Psi_bar``,
+    eq. 23), and ``qdd = phi_hat + sum_j I_j^-1 J_j^T lam_j`` (eq. 21)."""
     m = top.num_rows
     rows = {
         j: np.concatenate([np.arange(*top.row_slices[i]) for i in loops])
@@ -499,11 +499,7 @@ def _whole_gicm(top, acting, jac_t, whole, phi_hat, psi):
     }
     targets = np.concatenate([(r[:, None] * m + r).reshape(-1) for r in rows.values()])
     products = jnp.concatenate([(jac_t[j].T @ whole[j]).reshape(-1) for j in acting])
-    gicm = placement.add_at(jnp.zeros(m * m, psi.dtype), targets, products).reshape(m, m)
-    reduced = [jac_t[j].T @ phi_hat[top.coordinates(j)] for j in acting]
-    rhs = psi - placement.add_at(
-        jnp.zeros_like(psi), np.concatenate([*rows.values()]), jnp.concatenate(reduced)
-    )
+    gicm = placement.add_at(jnp.zeros(m * m, rhs.dtype), targets, products).reshape(m, m)
     lam, pivots = dense.spd_solve(gicm, rhs)
     columns = np.concatenate([np.arange(*top.coordinate_slices[j]) for j in acting])
     corrections = jnp.concatenate([whole[j] @ placement.take(lam, rows[j]) for j in acting])

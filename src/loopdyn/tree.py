@@ -892,14 +892,12 @@ def _ranges(ranges):
     return tuple((stop - start, (start,)) for start, stop in ranges)
 
 
-def _inertia_block_stacks(mech, params, frames, groups, composite=None):
+def _inertia_block_stacks(mech, params, frames, groups, composite):
     """The diagonal blocks of ``I`` over equal-size coordinate ranges, stacked, one gather per
     group: ``groups`` holds ``(size, starts)``; each stack is ``(len(starts), size, size)``.
     ``I_ij = p_j . (C_i p_i)`` for ``j`` on the path from ``i`` to the ground, with ``C_i`` the
-    ``composite`` (subtree) extended mass matrix at ``i`` (summed here unless given), the joints'
+    ``composite`` (subtree) extended mass matrix at ``i`` (`_subtree_sums`), the joints'
     armature on the diagonal."""
-    if composite is None:
-        composite = _subtree_sums(mech, frames.inertia)
     force = _momentum(mech.planar, composite, frames.subspace)
     on_path, s, stacks = _on_path(mech.parent), frames.subspace, []
     for size, starts in groups:
@@ -916,7 +914,9 @@ def _inertia_block_stacks(mech, params, frames, groups, composite=None):
 
 
 def _mass_matrix_blocks(mech, ranges, params, q, _):
-    stacks = _inertia_block_stacks(mech, params, _frames(mech, params, q), _ranges(ranges))
+    frames = _frames(mech, params, q)
+    composite = _subtree_sums(mech, frames.inertia)
+    stacks = _inertia_block_stacks(mech, params, frames, _ranges(ranges), composite)
     return [stack[0] for stack in stacks]
 
 
