@@ -391,10 +391,44 @@ def _angles(mech, params, q):
     return angles + tuple(scatter(x) for x in changes)
 
 
-def _joint_poses(terms, angles):
+def _planar_terms(mech):
+    """The q-independent terms of a planar mechanism's joint poses: each joint's fixed turn
+    (``P C^T``, about z) as an angle, the sign of its revolute axis along z (0 for other joints),
+    its origin in the parent's frame, its sliding direction there (0 for revolute joints) and
+    the child frame's origin in the joint's child-side frame: the joint turns the child by
+    ``offset + turn a`` and moves its origin to ``near + slide a - R far``."""
+    revolute = np.array([k == "revolute" for k in mech.joint_kinds])
+    fixed = mech.parent_rotation @ jnp.swapaxes(mech.child_rotation, -1, -2)
+    slide = (mech.parent_rotation @ mech.axis[..., None])[..., 0] * (~revolute)[:, None]
+    offset = jnp.arctan2(fixed[:, 1, 0], fixed[:, 0, 0])
+    return offset, mech.axis[:, 2] * revolute, mech.parent_position, slide, mech.child_position
+
+
+def _about_z(sin, cos):
+    """Rotations ``(..., 3, 3, B)`` about z from their sines and cosines ``(..., B)``."""
+    zero, one = jnp.zeros_like(sin), jnp.ones_like(sin)
+    rows = [[cos, -sin, zero], [sin, cos, zero], [zero, zero, one]]
+    return jnp.stack([jnp.stack(r, axis=-2) for r in rows], axis=-3)
+
+
+def _turned(sin, cos, v):
+    """``R v`` for rotations about z given by ``sin``, ``cos`` ``(..., B)`` and 3-vectors ``v``
+    ``(..., 3, B)`` (fewer products than with ``R``: a batch of 3-RRR states ran faster)."""
+    x, y = v[..., 0, :], v[..., 1, :]
+    return _stack(cos * x - sin * y, sin * x + cos * y, v[..., 2, :])
+
+
+def _joint_poses(mech, params, q):
     """Rotation ``(k, 3, 3, B)`` and origin ``(k, 3, B)`` of bodies in their parents' frames from
-    their `_pose_terms` (with a trailing batch axis) and `_angles`, computed before the pass."""
-    (r0, r1, r2), (p0, p1, p2, p3) = terms
+    the configuration ``q`` ``(nq, B)``: `_pose_terms` with `_angles`, planar `_planar_terms`."""
+    if mech.planar:
+        offset, turn, near, slide, far = params.terms
+        a = configuration.scalar_coordinates(mech, q, axis=0)
+        sin, versine = trigonometry.sin_versine(offset + turn * a)
+        cos = 1.0 - versine
+        return _about_z(sin, cos), near + slide * a[:, None] - _turned(sin, cos, far)
+    (r0, r1, r2), (p0, p1, p2, p3) = params.terms
+    angles = _angles(mech, params, q)
     sin, vers, q = angles[:3]
     rotation = r0 + sin[:, None] * r1 + vers[:, None] * r2
     position = p0 + sin * p1 + vers * p2 + q * p3
@@ -509,18 +543,6 @@ def _subspaces(mech):
     return subspaces[:, _ROWS] if mech.planar else subspaces
 
 
-@functools.cache
-def _through(nv, quaternion_slots):
-    """``(n,)`` flags of the bodies whose children continue their ball joint (the first two of
-    its three), or None without ball joints."""
-    if not quaternion_slots:
-        return None
-    through = np.zeros(nv, dtype=bool)
-    for k in quaternion_slots:
-        through[k : k + 2] = True
-    return through
-
-
 class _Frames(NamedTuple):
     rotation: Array  # (n, 3, 3, B) world rotation of each body frame
     position: Array  # (n, 3, B) world origin
@@ -541,7 +563,7 @@ class _Parameters(NamedTuple):
     """The mechanism's arrays the recursions use; inside, each has a trailing batch axis (of one,
     or one entry per state when the mechanism itself is batched, e.g. under ``jax.vmap``)."""
 
-    terms: tuple  # `_pose_terms`
+    terms: tuple  # `_pose_terms` (planar: `_planar_terms`)
     subspace: Array  # (n, d) p_i in body coordinates
     mass: Array  # (n,)
     com: Array  # (n, 3)
@@ -555,7 +577,7 @@ def _parameters(mech) -> _Parameters:
     slots = np.asarray(mech.quaternion_slots, dtype=int)
     frames = (mech.parent_rotation, jnp.swapaxes(mech.child_rotation, -1, -2), mech.child_position)
     return _Parameters(
-        _pose_terms(mech),
+        _planar_terms(mech) if mech.planar else _pose_terms(mech),
         _subspaces(mech),
         mech.mass,
         mech.com,
@@ -566,38 +588,44 @@ def _parameters(mech) -> _Parameters:
     )
 
 
-def _frames(mech, params, q, qd=None, qdd=None, bias=True):
-    """One base -> tips pass: each body's world pose (its joint pose, computed for all bodies
-    before the pass, composed with its parent's), joint-rate propagation vector ``p_i``, and
-    given ``qd`` its twist ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in
-    the ground frame), and given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i +
-    t_i x p_i qd_i`` with gravity as the ground's (the velocity-product terms ``t_i x p_i qd_i``
-    given ``qd`` unless not ``bias``). The three bodies of a ball joint share one
-    frame fixed in its child, so their velocity-product term is ``t_start x p_i qd_i`` with
-    ``t_start`` the twist where the joint starts (for a one-body joint ``t_parent x p_i qd_i``,
-    the same as ``t_i x p_i qd_i``)."""
-    planar, dtype = mech.planar, q.dtype
-    zero = lambda rows: jnp.zeros((rows, 1), dtype)
+@functools.cache
+def _through(nv, quaternion_slots):
+    """``(n,)`` flags of the bodies whose children continue their ball joint (the first two of
+    its three), or None without ball joints."""
+    if not quaternion_slots:
+        return None
+    through = np.zeros(nv, dtype=bool)
+    for k in quaternion_slots:
+        through[k : k + 2] = True
+    return through
+
+
+def _spatial_motion(mech, params, q, qd, qdd, bias):
+    """`_frames` of a spatial mechanism in one base -> tips pass: each body's joint pose
+    (computed for all bodies before the pass) composed with its parent's, then ``p_i``, ``t_i``,
+    ``dt_i``. The three bodies of a ball joint share one frame fixed in its child, so their
+    velocity-product term is ``t_start x p_i qd_i`` with ``t_start`` the twist where the joint
+    starts (for a one-body joint ``t_parent x p_i qd_i``)."""
+    dtype, zero = q.dtype, lambda rows: jnp.zeros((rows, 1), q.dtype)
     through = _through(mech.nv, mech.quaternion_slots)
-    poses = _joint_poses(params.terms, _angles(mech, params, q))
-    inputs = (poses, params.subspace, qd, qdd, through)
+    inputs = (_joint_poses(mech, params, q), params.subspace, qd, qdd, through)
     ground = (
         jnp.eye(3, dtype=dtype)[..., None],
         zero(3),
-        None if qd is None else zero(mech.dim),
-        None if qd is None or through is None else zero(mech.dim),
+        None if qd is None else zero(6),
+        None if qd is None or through is None else zero(6),
         None if qdd is None else params.gravity,
     )
 
     def step(above, inputs):
         (r, x, t, start, dt), ((joint_r, joint_x), local, qd, qdd, through) = above, inputs
         r, x = _mm(r, joint_r), x + _mv(r, joint_x)
-        s = _motion_to_world(planar, r, x, local)
+        s = _motion_to_world(False, r, x, local)
         product = None
         if qd is not None:
             rate = s * qd[:, None]
             if bias:
-                product = _cross_motion(planar, t if start is None else start, rate)
+                product = _cross_motion(False, t if start is None else start, rate)
             t = t + rate
             if start is not None:
                 start = jnp.where(through[:, None, None], start, t)
@@ -605,7 +633,54 @@ def _frames(mech, params, q, qd=None, qdd=None, bias=True):
             dt = dt + s * qdd[:, None] + product
         return (r, x, t, start, dt), (r, x, s, t, product, dt)
 
-    r, x, s, t, product, dt = _down(mech, step, ground, inputs)
+    return _down(mech, step, ground, inputs)
+
+
+def _prefix(mech, own, ground):
+    """Base -> tips sums ``value_i = value_parent + own_i`` (``ground`` the ground's value)."""
+    return _down(mech, lambda above, x: (above + x,) * 2, ground, own)
+
+
+def _planar_motion(mech, params, q, qd, qdd, bias):
+    """`_frames` of a planar mechanism: base -> tips sums of the joint angles, of the
+    displacements of the frame origins (each in its parent's frame turned by the parent's
+    angle), of the rates ``p_i qd_i`` and of the twist-rates; every sine and cosine, ``p_i``
+    and velocity product computed at once for all bodies between the sums."""
+    offset, turn, near, slide, far = params.terms
+    a = configuration.scalar_coordinates(mech, q, axis=0)
+    sin, versine = trigonometry.sin_versine(_prefix(mech, offset + turn * a, 0.0))
+    cos, parents = 1.0 - versine, np.array([mech.num_bodies if p < 0 else p for p in mech.parent])
+    above = lambda x, value: placement.take(
+        jnp.concatenate([x, jnp.full_like(x[:1], value)]), parents
+    )
+    shift = _turned(above(sin, 0.0), above(cos, 1.0), near + slide * a[:, None])
+    shift = shift - _turned(sin, cos, far)
+    x = _prefix(mech, shift, jnp.zeros((3, 1), q.dtype))
+    rotation = _about_z(sin, cos)
+    s = _motion_to_world(True, rotation, x, params.subspace)
+    t = product = dt = None
+    if qd is not None:
+        rate = s * qd[:, None]
+        t = _prefix(mech, rate, jnp.zeros((3, 1), q.dtype))
+        if bias:
+            product = _cross_motion(True, above(t, 0.0), rate)
+    if qdd is not None:
+        dt = _prefix(mech, s * qdd[:, None] + product, params.gravity)
+    return rotation, x, s, t, product, dt
+
+
+def _frames(mech, params, q, qd=None, qdd=None, bias=True):
+    """Each body's world pose, joint-rate propagation vector ``p_i``, and given ``qd`` its twist
+    ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in the ground frame), and
+    given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i + t_parent x p_i qd_i`` with
+    gravity as the ground's (the velocity-product terms given ``qd`` unless not ``bias``).
+    Spatial mechanisms compute them in one pass over the levels (`_spatial_motion`); planar ones
+    sum angles, so they compute every product at once between four light passes
+    (`_planar_motion`): 3-RRR SSLM 1,662 instead of 1,876 lowered operations, batched 0.514
+    instead of 0.548 us per state (one core, 2026-12-07), while a spatial mechanism's batch ran
+    slower that way (Stewart platform 6.2 instead of 5.0 us per state)."""
+    motion = _planar_motion if mech.planar else _spatial_motion
+    r, x, s, t, product, dt = motion(mech, params, q, qd, qdd, bias)
     return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, product, dt)
 
 
@@ -749,9 +824,7 @@ def _native(core, with_f_ext, base, params, arrays):
 @compilation.jit
 def joint_poses(mech: Mechanism, q: Float[Array, "... n"]):
     """Rotation ``(..., n, 3, 3)`` and origin ``(..., n, 3)`` of each body in its parent's frame."""
-    return _batched(
-        mech, lambda params, q, _: _joint_poses(params.terms, _angles(mech, params, q)), q=q
-    )
+    return _batched(mech, lambda params, q, _: _joint_poses(mech, params, q), q=q)
 
 
 @compilation.jit
