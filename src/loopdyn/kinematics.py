@@ -116,12 +116,9 @@ def _row_specs(mech, c):
     x, y, z = (np.asarray(e, axis.dtype) for e in _E)  # constants: one stacked array in `_rows`
     if mech.planar:
         points = [("point", x), ("point", y)]
-        return {
-            "revolute": points,
-            "spherical": points,
-            "weld": points + [("angle", x, y)],
-            "prismatic": [("across", jnp.cross(z, axis)), ("angle", x, y)],
-        }[kind]
+        if kind == "prismatic":  # only then: the program would keep an unused cross product
+            return [("across", jnp.cross(z, axis)), ("angle", x, y)]
+        return {"revolute": points, "spherical": points, "weld": points + [("angle", x, y)]}[kind]
     points = [("point", x), ("point", y), ("point", z)]
     lock = [("angle", x, y), ("angle", y, z), ("angle", z, x)]
     reduced = dict(mech.reduced_points)
