@@ -663,7 +663,7 @@ def _planar_motion(mech, params, q, qd, qdd, bias):
         rate = s * qd[:, None]
         t = _prefix(mech, rate, jnp.zeros((3, 1), q.dtype))
         if bias:
-            product = _cross_motion(True, above(t, 0.0), rate)
+            product = _cross_motion(True, t, rate)  # t_parent x rate, as rate x rate = 0
     if qdd is not None:
         dt = _prefix(mech, s * qdd[:, None] + product, params.gravity)
     return rotation, x, s, t, product, dt
