@@ -15,9 +15,13 @@ lowered operations, first call (compilation included) and median run of 7. Loop 
 
     taskset -c 0 python experiments/compact_programs.py LABEL
 
-writes experiments/results/compact_programs_LABEL.json, LABEL ``before`` run with PYTHONPATH at
-commit 1df3b38's ``src``; ``report`` writes experiments/compact_programs.md from the rounds found
-(``before_1``, ``after_1``, ... run alternately: the medians of the rounds are reported).
+writes experiments/results/compact_programs_LABEL.json; ``report`` writes
+experiments/compact_programs.md from the rounds found (``before_1``, ``after_1``, ... run
+alternately, ``before`` with PYTHONPATH at commit 1df3b38's ``src``: the medians of the rounds
+are reported). Each later step of the work is reported the same way by ``report BEFORE AFTER
+COMMIT DATE`` into experiments/compact_programs_AFTER.md (rounds ``BEFORE_1``, ``AFTER_1``, ...;
+``BEFORE`` at ``COMMIT``): ``report base planar de0547c 2026-12-07`` for the planar frames on
+summed angles (`loopdyn.tree._planar_motion`).
 """
 
 import json
@@ -31,6 +35,12 @@ ROOT = HERE.parent
 B, REPEATS, EAGER_ROUNDS, EAGER_CALLS = 4096, 7, 15, 200
 NAMES = ("four_bar", "three_rrr")
 SKIPPED = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
+CHANGES = {  # what each reported step changed, by its ``AFTER`` label
+    "after": "SSLM's phi_hat_j from the factor of I_j, `dense.spd_solve`, loop kinematics for the "
+    "row kinds present, one product per subsystem, saved-state measurements without twist-rates",
+    "planar": "planar frames on summed angles, every product computed once for all bodies "
+    "between four light passes (`loopdyn.tree._planar_motion`)",
+}
 
 
 def lowered_ops(fn, *args):
@@ -140,16 +150,18 @@ def measure(label):
     print(json.dumps(result["mechanisms"]), json.dumps(result["simulation"]))
 
 
-def report():
+def report(before="before", after="after", commit="1df3b38", date="2026-11-28"):
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from tree_dynamics import write_atomic
 
-    runs = {"before": [], "after": []}
+    runs = {before: [], after: []}
     for path in sorted((HERE / "results").glob("compact_programs_*_*.json")):
         data = json.loads(path.read_text())
-        runs[data["label"].split("_")[0]].append(data)
+        side = data["label"].split("_")[0]
+        if side in runs:
+            runs[side].append(data)
     median = lambda side, get: float(np.median([get(r) for r in runs[side]]))
     loads = [
         r[k]["load_average"][0]
@@ -157,17 +169,19 @@ def report():
         for r in runs[side]
         for k in ("machine_start", "machine_end")
     ]
-    first = runs["after"][0]["machine_start"]
+    first = runs[after][0]["machine_start"]
     lines = [
-        "# Compact programs: before and after (2026-11-28)",
+        f"# Compact programs: before and after ({date})",
         "",
         (
             f"Written by `experiments/compact_programs.py`: {first['cpu']}, one core (taskset), "
-            f"JAX {first['jax']}, float64, loop kernels on; {len(runs['before'])} runs at commit "
-            f"1df3b38 (before) and {len(runs['after'])} at the change (after), alternately, each "
+            f"JAX {first['jax']}, float64, loop kernels on; {len(runs[before])} runs at commit "
+            f"{commit} (before) and {len(runs[after])} at the change (after), alternately, each "
             "figure the median of the runs; load average "
             f"{min(loads):.2f}-{max(loads):.2f} at the runs' starts and ends (a shared machine)."
         ),
+        "",
+        f"The change: {CHANGES[after]}.",
         "",
         "| | four-bar before | four-bar after | 3-RRR before | 3-RRR after |",
         "|---|---:|---:|---:|---:|",
@@ -184,7 +198,7 @@ def report():
         cells = [
             form.format(median(side, lambda r, n=name, k=key: r["mechanisms"][n][k]))
             for name in NAMES
-            for side in ("before", "after")
+            for side in (before, after)
         ]
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
     lines += ["", "| 5 s 3-RRR `simulate` (rtol 1e-6) | before | after |", "|---|---:|---:|"]
@@ -196,9 +210,10 @@ def report():
     ):
         cells = [form.format(median(s, lambda r, k=key: r["simulation"][k])) for s in runs]
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
-    write_atomic(HERE / "compact_programs.md", "\n".join(lines) + "\n")
+    name = "compact_programs.md" if after == "after" else f"compact_programs_{after}.md"
+    write_atomic(HERE / name, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
-    report() if sys.argv[1] == "report" else measure(sys.argv[1])
+    report(*sys.argv[2:]) if sys.argv[1] == "report" else measure(sys.argv[1])

@@ -10,7 +10,7 @@ instead of 38.5 ms, while the four-bar's programs changed by at most 1 %
 YNNPACK fusions (library calls XLA makes of some batched products): over a batch of 3-RRR states
 they took longer than XLA's own code (1.29 -> 1.12 us per state with the schedule, same file; the
 results differ in rounding, by 5e-15 relative at most), and a loop holding one cannot be a single
-kernel (below; 0.95 us per state in benchmarks/results/closed_loop.md).
+kernel (below; 0.53 us per state in benchmarks/results/closed_loop.md).
 
 Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX takes compiler
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
@@ -27,8 +27,8 @@ while loop into one kernel instead when the loop holds no scatter and no library
 turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for any
 of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
-of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 7.8 ms,
-1.83 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
+of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 5.6 ms,
+1.23 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
 compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s). XLA takes the limit
 from the ``XLA_FLAGS`` environment variable only, read once when JAX starts its CPU backend, and it
 applies to every program of the process: `use_loop_kernels` sets it when called first; the command
@@ -56,14 +56,16 @@ the cost: an eager four-bar ``forward_dynamics`` took 58.1 us, and 39.8 us with
 (benchmarks/results/eager.md). That setting is global and fixed when the backend starts, so
 loopdyn leaves it to the user: scripts making many eager single-state calls gain by it. XLA's
 CPU client runs a program on the calling thread anyway where its cost analysis counts fewer than
-1,000 floating-point operations; the four-bar's forward-dynamics program counts 2,978 and the
-3-RRR's 11,282 (3,761 and 12,126 before the compact programs of 2026-11-28). Each call also
+1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978 and the
+3-RRR's 11,282 after the compact programs of 2026-11-28 (3,761 and 12,126 before). Each call also
 creates and releases a handle to every buffer of the program: 123 for the four-bar's on
 2026-11-27, 87 of them for the scalars of its reductions' computations. In a perf profile of
 synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one core). The
-program runs its kernels one by one: 67 for the four-bar and 119 for the 3-RRR (118 and 215
-before; experiments/compact_programs.md, where an eager four-bar call took 53.4 instead of
-59.6 us). The same evaluation inside a compiled loop costs 0.79 us (1.19 before).
+program runs its kernels one by one: 58 for the four-bar and 101 for the 3-RRR (118 and 215
+before the compact programs of 2026-11-28, 67 and 119 before the planar frames of 2026-12-07;
+experiments/compact_programs.md and compact_programs_planar.md, where an eager four-bar call
+took 59.6, 53.4 and then 48.4 us). The same evaluation inside a compiled loop costs 0.76 us
+(1.19 and 0.79 before).
 
 Single-state programs (`SINGLE_STATE`: `simulate`'s solve, eager `forward_dynamics` calls) are
 compiled with XLA's older fusion emitters (LLVM IR instead of MLIR), which compile them faster at

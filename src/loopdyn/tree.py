@@ -676,9 +676,10 @@ def _frames(mech, params, q, qd=None, qdd=None, bias=True):
     gravity as the ground's (the velocity-product terms given ``qd`` unless not ``bias``).
     Spatial mechanisms compute them in one pass over the levels (`_spatial_motion`); planar ones
     sum angles, so they compute every product at once between four light passes
-    (`_planar_motion`): 3-RRR SSLM 1,662 instead of 1,876 lowered operations, batched 0.514
-    instead of 0.548 us per state (one core, 2026-12-07), while a spatial mechanism's batch ran
-    slower that way (Stewart platform 6.2 instead of 5.0 us per state)."""
+    (`_planar_motion`): 3-RRR SSLM 1,627 instead of 1,876 lowered operations, batched 0.522
+    instead of 0.571 us per state (experiments/compact_programs_planar.md), while a spatial
+    mechanism's batch ran slower that way (Stewart platform 6.2 instead of 5.0 us per state,
+    one core, 2026-12-07)."""
     motion = _planar_motion if mech.planar else _spatial_motion
     r, x, s, t, product, dt = motion(mech, params, q, qd, qdd, bias)
     return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, product, dt)
