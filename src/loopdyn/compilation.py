@@ -51,7 +51,7 @@ them in NumPy first made an eager four-bar ``forward_dynamics`` 82 instead of 69
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
 while Python goes on. For an eager call whose result is read at once that hand-off is a third of
-the cost: an eager four-bar ``forward_dynamics`` took 58.1 us, and 39.8 us with
+the cost: an eager four-bar ``forward_dynamics`` took 49.7 us, and 33.3 us with
 ``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
 (benchmarks/results/eager.md). That setting is global and fixed when the backend starts, so
 loopdyn leaves it to the user: scripts making many eager single-state calls gain by it. XLA's
