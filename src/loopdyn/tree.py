@@ -29,11 +29,13 @@ down where that keeps the levels narrow: `_shifts`), all bodies of a level at on
 ``lax.scan`` (so the program, and its compile time, does not grow with the number of bodies;
 trees of at most `UNROLL_LEVELS` levels run it as a Python loop instead, each level taking its
 bodies and parents by static indices without padding slots, as a loop costs more than it saves
-there: a 5 s 3-RRR `simulate` ran 8.0-8.8 against 9.5 ms as an unrolled scan). One
-base -> tips pass gives the poses, subspaces, twists and twist-rates together. The sines and
-versines of the joint angles are computed before it, all at once, by `trigonometry.sin_versine`
-(vectorised arithmetic, materialised once; XLA's own ``sin`` is a scalar library call that it
-would recompute inside every element of the matrix products).
+there: a 5 s 3-RRR `simulate` ran 8.0-8.8 against 9.5 ms as an unrolled scan). For a spatial
+mechanism one base -> tips pass gives the poses, subspaces, twists and twist-rates together; a
+planar one's rotations commute, so it sums angles, origins, twists and twist-rates in four light
+passes and computes everything else once for all bodies between them (`_planar_motion`). The
+sines and versines of the joint (planar: world) angles are computed all at once, by
+`trigonometry.sin_versine` (vectorised arithmetic, materialised once; XLA's own ``sin`` is a
+scalar library call that it would recompute inside every element of the matrix products).
 """
 
 import functools
