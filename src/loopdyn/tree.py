@@ -549,7 +549,7 @@ class _Frames(NamedTuple):
     rotation: Array  # (n, 3, 3, B) world rotation of each body frame
     position: Array  # (n, 3, B) world origin
     subspace: Array  # (n, d, B) p_i in world coordinates
-    inertia: _Inertias  # M_i about the world origin, as its parts
+    inertia: _Inertias | None  # M_i about the world origin, as its parts (if asked for)
     twist: Array | None  # (n, d, B) t_i (given qd)
     bias: Array | None  # (n, d, B) t_i x p_i qd_i, the velocity-product twist-rate (given qd)
     rate: Array | None  # (n, d, B) twist-rate with gravity (given qd and qdd)
@@ -671,12 +671,13 @@ def _planar_motion(mech, params, q, qd, qdd, bias):
     return rotation, x, s, t, product, dt
 
 
-def _frames(mech, params, q, qd=None, qdd=None, bias=True):
+def _frames(mech, params, q, qd=None, qdd=None, bias=True, inertia=True):
     """Each body's world pose, joint-rate propagation vector ``p_i``, and given ``qd`` its twist
     ``t_i = t_parent + p_i qd_i`` (seed 004 eqs. 20-23 with ``A_i = 1`` in the ground frame), and
     given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i + t_parent x p_i qd_i`` with
-    gravity as the ground's (the velocity-product terms given ``qd`` unless not ``bias``).
-    Spatial mechanisms compute them in one pass over the levels (`_spatial_motion`); planar ones
+    gravity as the ground's (the velocity-product terms given ``qd`` unless not ``bias``), and
+    unless not ``inertia`` the bodies' extended mass matrices (a program inside ``custom_vmap``
+    keeps what it does not use). Spatial mechanisms compute them in one pass over the levels (`_spatial_motion`); planar ones
     sum angles, so they compute every product at once between four light passes
     (`_planar_motion`): 3-RRR SSLM 1,627 instead of 1,876 lowered operations, batched 0.522
     instead of 0.571 us per state (experiments/compact_programs_planar.md), while a spatial
@@ -684,7 +685,8 @@ def _frames(mech, params, q, qd=None, qdd=None, bias=True):
     one core, 2026-12-07)."""
     motion = _planar_motion if mech.planar else _spatial_motion
     r, x, s, t, product, dt = motion(mech, params, q, qd, qdd, bias)
-    return _Frames(r, x, s, _world_inertias(mech, params, r, x), t, product, dt)
+    inertias = _world_inertias(mech, params, r, x) if inertia else None
+    return _Frames(r, x, s, inertias, t, product, dt)
 
 
 def _external(mech, frames, f_ext):
@@ -836,7 +838,7 @@ def forward_kinematics(mech: Mechanism, q: Float[Array, "... n"]):
     (positions first, as everywhere in loopdyn)."""
 
     def core(params, q, _):
-        frames = _frames(mech, params, q)
+        frames = _frames(mech, params, q, inertia=False)
         return frames.position, frames.rotation
 
     return _batched(mech, core, q=q)
@@ -866,7 +868,7 @@ def ground_acceleration(mech: Mechanism) -> Float[Array, " d"]:
 
 
 def _twists(mech, params, q, qd, _):
-    frames = _frames(mech, params, q, qd)
+    frames = _frames(mech, params, q, qd, inertia=False)
     return _motion_to_body(mech.planar, frames.rotation, frames.position, frames.twist)
 
 
@@ -877,7 +879,7 @@ def twists(mech: Mechanism, q, qd) -> Float[Array, "... n d"]:
 
 
 def _twist_rates(mech, params, q, qd, qdd, _):
-    frames = _frames(mech, params, q, qd, qdd)
+    frames = _frames(mech, params, q, qd, qdd, inertia=False)
     dt = frames.rate - params.gravity
     return _motion_to_body(mech.planar, frames.rotation, frames.position, dt)
 
@@ -1097,12 +1099,14 @@ def body_motion(mech: Mechanism, q, qd=None, accelerations=True) -> Motion:
 
     if qd is None:
         return _batched(
-            mech, lambda params, q, _: _motion(mech, params, _frames(mech, params, q), q), q=q
+            mech,
+            lambda params, q, _: _motion(mech, params, _frames(mech, params, q, inertia=False), q),
+            q=q,
         )
 
     def core(params, q, qd, _):
         qdd = jnp.zeros_like(qd) if accelerations else None
-        frames = _frames(mech, params, q, qd, qdd, bias=accelerations)
+        frames = _frames(mech, params, q, qd, qdd, bias=accelerations, inertia=False)
         return _motion(mech, params, frames, q, qd)
 
     return _batched(mech, core, q=q, qd=qd)
