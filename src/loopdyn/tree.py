@@ -678,12 +678,12 @@ def _frames(mech, params, q, qd=None, qdd=None, bias=True, inertia=True):
     given ``qdd`` too its twist-rate ``dt_i = dt_parent + p_i qdd_i + t_parent x p_i qd_i`` with
     gravity as the ground's (the velocity-product terms given ``qd`` unless not ``bias``), and
     unless not ``inertia`` the bodies' extended mass matrices (a program inside ``custom_vmap``
-    keeps what it does not use). Spatial mechanisms compute them in one pass over the levels (`_spatial_motion`); planar ones
-    sum angles, so they compute every product at once between four light passes
-    (`_planar_motion`): 3-RRR SSLM 1,627 instead of 1,876 lowered operations, batched 0.522
-    instead of 0.571 us per state (experiments/compact_programs_planar.md), while a spatial
-    mechanism's batch ran slower that way (Stewart platform 6.2 instead of 5.0 us per state,
-    one core, 2026-12-07)."""
+    keeps what it does not use). Spatial mechanisms compute them in one pass over the levels
+    (`_spatial_motion`); planar ones sum angles, so they compute every product at once between
+    four light passes (`_planar_motion`): 3-RRR SSLM 1,627 instead of 1,876 lowered operations,
+    batched 0.522 instead of 0.571 us per state (experiments/compact_programs_planar.md), while a
+    spatial mechanism's batch ran slower that way (Stewart platform 6.2 instead of 5.0 us per
+    state, one core, 2026-12-07)."""
     motion = _planar_motion if mech.planar else _spatial_motion
     r, x, s, t, product, dt = motion(mech, params, q, qd, qdd, bias)
     inertias = _world_inertias(mech, params, r, x) if inertia else None
