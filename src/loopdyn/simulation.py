@@ -1,6 +1,6 @@
 """Constraint-stabilised simulation of closed-loop mechanisms: one jitted diffrax solve.
 
-The state is ``y = (q, qd)`` and the vector field is ``(qd, qdd)`` with ``qdd`` from
+The state is ``y = [q; qd]`` (one array) and the vector field is ``[q'; qdd]`` with ``qdd`` from
 `forward.solve` (any method). Integrating the acceleration constraint alone lets ``Phi`` and
 ``J qd`` drift away from zero (seed 000 §5, seed 004 §4.3); the ``stabilization`` options are
 
@@ -38,6 +38,7 @@ not see: refused.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import warnings
 from collections.abc import Callable
@@ -182,6 +183,19 @@ def _inputs(inputs, t1):
     return lambda t, q, qd: (tau(t, q, qd), None if ctrl is None else ctrl(t, q, qd))
 
 
+def _joined(state):
+    """The state ``(q, qd)`` as the one array diffrax integrates, ``[q; qd]``: each operation of
+    the solver's stages, error norm and interpolation is one, not one per part (5 s 3-RRR
+    simulate: 3,454 -> 3,342 lowered operations, first call 3.3 -> 2.9 s, run 5.4 -> 5.2 ms,
+    the same trajectory to the last bit; one core, three runs alternating, 2026-12-07)."""
+    return jnp.concatenate(state, axis=-1)
+
+
+def _split(nq, y):
+    """``(q, qd)`` from `_joined`'s ``[q; qd]`` (states along the last axis)."""
+    return y[..., :nq], y[..., nq:]
+
+
 class _Partitioned(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     """A diffrax solver whose every step ends with ``project`` (here: the dependent coordinates
     recomputed from the independent ones). The step after a projection re-evaluates its first
@@ -305,13 +319,14 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         ts = jnp.linspace(0.0, t1, options.saves)
     solver = options.solver
     embedded = options.stabilization == "embedding" and bool(mech.topology.loops)
+    split = functools.partial(_split, mech.nq)
     if embedded:
-        solver = _Partitioned(solver, lambda y: _on_manifold(mech, *y, 3))
+        solver = _Partitioned(solver, lambda y: _joined(_on_manifold(mech, *split(y), 3)))
 
     def field(t, y, args):  # the parameters come in ``args``, as BacksolveAdjoint needs
-        (q, qd), (mech, inputs, t1) = y, args
+        (q, qd), (mech, inputs, t1) = split(y), args
         solution = _accelerations(mech, q, qd, _inputs(inputs, t1)(t, q, qd), options)
-        return configuration.rate(mech, q, qd), _rejecting(solution)
+        return _joined((configuration.rate(mech, q, qd), _rejecting(solution)))
 
     def stage(t, y, y0, args, hg, s):
         """ROS34PW2's stage solve (`rosenbrock`) with ``W`` the Jacobian of the joints' dampers,
@@ -319,8 +334,9 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         (``D`` the dampers plus the friction's slope at ``qd0``): the dynamics with the
         armature raised by ``hg D + hg^2 K`` and the joint forces by ``-D s_qd - K (P s_q +
         hg (qd + s_qd))`` (``P`` picks the scalar coordinates, where ``R P = I``)."""
-        (q, qd), (s_q, s_qd), (mech, inputs, t1) = y, s, args
-        slip = jnp.tanh(y0[1] / mech.friction_velocity)
+        (q, qd), (q_start, qd_start), (s_q, s_qd) = split(y), split(y0), split(s)
+        mech, inputs, t1 = args
+        slip = jnp.tanh(qd_start / mech.friction_velocity)
         damping = mech.damping + mech.frictionloss / mech.friction_velocity * (1.0 - slip**2)
         raised = mech.armature + hg * damping + hg**2 * mech.stiffness
         force = damping * s_qd + mech.stiffness * (
@@ -329,8 +345,8 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         tau, ctrl = _inputs(inputs, t1)(t, q, qd)
         implicit = eqx.tree_at(lambda m: m.armature, mech, raised)
         qdd = _rejecting(_accelerations(implicit, q, qd, (tau - force, ctrl), options))
-        rate = configuration.rate(mech, q, qd) + configuration.rate(mech, y0[0], hg * qdd + s_qd)
-        return rate, qdd
+        rate = configuration.rate(mech, q, qd) + configuration.rate(mech, q_start, hg * qdd + s_qd)
+        return _joined((rate, qdd))
 
     controller = _FirstStep(diffrax.PIDController(rtol=rtol, atol=atol), jax.lax.stop_gradient(dt0))
     term = diffrax.ODETerm(field)
@@ -343,7 +359,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         0.0,
         t1,
         None,
-        (q0, qd0),
+        _joined((q0, qd0)),
         args=(mech, inputs, t1),
         saveat=diffrax.SaveAt(ts=ts),
         adjoint=options.adjoint,
@@ -351,7 +367,7 @@ def _integrate(mech, q0, qd0, t1, ts, inputs, tolerances, options):
         max_steps=options.max_steps,
         throw=False,
     )
-    q, qd = sol.ys
+    q, qd = split(sol.ys)
     if embedded:
         q, qd = jax.vmap(lambda q, qd: _on_manifold(mech, q, qd, 4))(q, qd)
     drive = _inputs(inputs, t1)
