@@ -427,7 +427,8 @@ def test_sslm_off_a_chain_of_loops_goes_block_by_block():
 
 
 def test_sslm_solves_the_subsystems_no_loop_acts_on():
-    """A double pendulum beside a four-bar (block by block) and beside an 8-loop ladder (scan):
+    """A double pendulum beside a four-bar (its GICM whole), a 3-loop ladder (block by block)
+    and an 8-loop ladder (scan):
     SSLM gives the pendulum its open-tree accelerations (`tree.forward_dynamics`, from its own
     ``I_j^-1 phi_j``) and the whole solution agrees with the KKT one."""
     b = loopdyn.MechanismBuilder(planar=True)
@@ -436,7 +437,8 @@ def test_sslm_solves_the_subsystems_no_loop_acts_on():
     b.add_joint("elbow", "revolute", "upper", "lower", position=(0.2, 0.0, 0.0))
     pendulum = b.build()
     rng = np.random.default_rng(4)
-    for closed, mode in ((library("four_bar"), "per_block"), (mechanisms.ladder(8), "scan")):
+    closed_loops = (library("four_bar"), mechanisms.ladder(3), mechanisms.ladder(8))
+    for closed, mode in zip(closed_loops, ("dense", "per_block", "scan")):
         mech = side_by_side([pendulum, closed])[0]
         assert forward._mode(mech.topology) == mode
         assert 0 not in {j for _, j in mech.topology.blocks}  # the pendulum's subsystem
