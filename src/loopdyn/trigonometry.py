@@ -61,9 +61,6 @@ _TURNS = np.array([[0.0, 1.0, 0.0, -1.0], [1.0, 0.0, -1.0, 0.0]])  # sin, cos of
 
 
 def _reduced(q):
-    """``[sin q; 1 - cos q]`` ``(2, ...)`` as one array: one output, so XLA computes the series
-    once (for two outputs it fused a copy into each; four-bar forward dynamics 1,630 -> 1,495
-    floating-point operations in XLA's count)."""
     k = jnp.round(q * (2.0 / math.pi))
     r = ((q - k * _P1) - k * _P2) - k * _P3
     z = r * r
@@ -72,15 +69,16 @@ def _reduced(q):
     # q = k pi/2 + r: sin q = s_k cos r + c_k sin r, 1 - cos q = (1 - c_k) + c_k (1 - cos r)
     # + s_k sin r, exact where (s_k, c_k) is (0, 1), (1, 0), (0, -1) or (-1, 0)
     s_k, c_k = placement.take(jnp.asarray(_TURNS), k.astype(jnp.int32) & 3, axis=1)
-    return jnp.stack([s_k * (1.0 - versine) + c_k * sin, ((1.0 - c_k) + c_k * versine) + s_k * sin])
+    return s_k * (1.0 - versine) + c_k * sin, ((1.0 - c_k) + c_k * versine) + s_k * sin
 
 
 def _library(q):
-    return jnp.stack([jnp.sin(q), 1.0 - jnp.cos(q)])
+    return jnp.sin(q), 1.0 - jnp.cos(q)
 
 
 def _reduced_or_library(q):
-    return jax.lax.cond(jnp.max(jnp.abs(q)) <= REDUCTION_LIMIT, _reduced, _library, q)
+    reducible = jnp.max(jnp.abs(q)) <= REDUCTION_LIMIT
+    return jax.lax.cond(reducible, _reduced, _library, q)
 
 
 @jax.custom_jvp
@@ -91,8 +89,8 @@ def sin_versine(q):
     ``sin`` is native, and where a ``cond`` would cost a device-to-host copy) use the library."""
     q = jnp.asarray(q)
     if q.dtype != jnp.float64 or q.size == 0:
-        return tuple(_library(q))
-    return tuple(jax.lax.platform_dependent(q, cpu=_reduced_or_library, default=_library))
+        return _library(q)
+    return jax.lax.platform_dependent(q, cpu=_reduced_or_library, default=_library)
 
 
 @sin_versine.defjvp
