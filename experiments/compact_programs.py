@@ -21,7 +21,8 @@ alternately, ``before`` with PYTHONPATH at commit 1df3b38's ``src``: the medians
 are reported). Each later step of the work is reported the same way by ``report BEFORE AFTER
 COMMIT DATE`` into experiments/compact_programs_AFTER.md (rounds ``BEFORE_1``, ``AFTER_1``, ...;
 ``BEFORE`` at ``COMMIT``): ``report base planar de0547c 2026-12-07`` for the planar frames on
-summed angles (`loopdyn.tree._planar_motion`).
+summed angles (`loopdyn.tree._planar_motion`); ``report planar whole c7c07e4 2026-12-07`` for
+the GICM whole for one or two loops and the simulation's state as one array.
 """
 
 import json
@@ -40,6 +41,8 @@ CHANGES = {  # what each reported step changed, by its ``AFTER`` label
     "row kinds present, one product per subsystem, saved-state measurements without twist-rates",
     "planar": "planar frames on summed angles, every product computed once for all bodies "
     "between four light passes (`loopdyn.tree._planar_motion`)",
+    "whole": "the GICM whole for one loop or two coupled ones (`loopdyn.forward._mode`), the "
+    "simulation's state as one array (`loopdyn.simulation._joined`)",
 }
 
 

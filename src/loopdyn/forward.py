@@ -316,11 +316,11 @@ def _grouped(items, key):
 
 def _mode(top) -> str:
     """How SSLM reduces the GICM of ``top``: whole (``"dense"``) for one loop or two coupled
-    ones, whose block elimination is the same arithmetic in more operations (3-RRR SSLM 1,617
-    -> 1,553 lowered operations, the same accelerations to the last bit; one core, 2026-12-07:
-    batched 0.48 -> 0.47 us per state; on the MJCF chain ladder with 4 and 5 loops whole was
-    slower, 1.26 -> 1.56 and 2.04 -> 2.50 us); ``"per_block"`` up to `_PER_BLOCK_LOOPS` loops;
-    else `_plan`'s mode."""
+    ones, whose block elimination is the same arithmetic in more operations (3-RRR SSLM 1,607
+    -> 1,543 lowered operations; batched the same accelerations to the last bit, at single
+    states within 3e-17 of the largest; one core, 2026-12-07: batched 0.48 -> 0.47 us per
+    state; on the MJCF chain ladder with 4 and 5 loops whole was slower, 1.26 -> 1.56 and 2.04
+    -> 2.50 us); ``"per_block"`` up to `_PER_BLOCK_LOOPS` loops; else `_plan`'s mode."""
     loops = top.loops
     if len(loops) == 1 or (len(loops) == 2 and top.loop_graph[0]):
         return "dense"

@@ -186,7 +186,7 @@ def _inputs(inputs, t1):
 def _joined(state):
     """The state ``(q, qd)`` as the one array diffrax integrates, ``[q; qd]``: each operation of
     the solver's stages, error norm and interpolation is one, not one per part (5 s 3-RRR
-    simulate: 3,454 -> 3,342 lowered operations, first call 3.3 -> 2.9 s, run 5.4 -> 5.2 ms,
+    simulate: 3,434 -> 3,322 lowered operations, first call 3.3 -> 2.9 s, run 5.4 -> 5.2 ms,
     the same trajectory to the last bit; one core, three runs alternating, 2026-12-07)."""
     return jnp.concatenate(state, axis=-1)
 
