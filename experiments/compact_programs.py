@@ -21,7 +21,7 @@ alternately, ``before`` with PYTHONPATH at commit 1df3b38's ``src``: the medians
 are reported). Each later step of the work is reported the same way by ``report BEFORE AFTER
 COMMIT DATE`` into experiments/compact_programs_AFTER.md (rounds ``BEFORE_1``, ``AFTER_1``, ...;
 ``BEFORE`` at ``COMMIT``): ``report base planar de0547c 2026-12-07`` for the planar frames on
-summed angles (`loopdyn.tree._planar_motion`); ``report planar whole c7c07e4 2026-12-07`` for
+summed angles (`loopdyn.tree._planar_motion`); ``report previous whole c7c07e4 2026-12-07`` for
 the GICM whole for one or two loops and the simulation's state as one array.
 """
 
