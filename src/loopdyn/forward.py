@@ -317,10 +317,10 @@ def _grouped(items, key):
 def _mode(top) -> str:
     """How SSLM reduces the GICM of ``top``: whole (``"dense"``) for one loop or two coupled
     ones, whose block elimination is the same arithmetic in more operations (3-RRR SSLM 1,607
-    -> 1,543 lowered operations; batched the same accelerations to the last bit, at single
-    states within 3e-17 of the largest; one core, 2026-12-07: batched 0.48 -> 0.47 us per
-    state; on the MJCF chain ladder with 4 and 5 loops whole was slower, 1.26 -> 1.56 and 2.04
-    -> 2.50 us); ``"per_block"`` up to `_PER_BLOCK_LOOPS` loops; else `_plan`'s mode."""
+    -> 1,580 lowered operations, batched 0.502 -> 0.481 us per state, the four-bar's 0.150
+    either way, experiments/compact_programs_whole.md; on the MJCF chain ladder with 4 and 5 loops
+    whole was slower, 1.26 -> 1.56 and 2.04 -> 2.50 us, one core, 2026-12-07); ``"per_block"``
+    up to `_PER_BLOCK_LOOPS` loops; else `_plan`'s mode."""
     loops = top.loops
     if len(loops) == 1 or (len(loops) == 2 and top.loop_graph[0]):
         return "dense"
@@ -505,11 +505,13 @@ def _whole_gicm(top, acting, jac_t, whole, phi_hat, rhs):
         for j, loops in acting.items()
     }
     targets = np.concatenate([(r[:, None] * m + r).reshape(-1) for r in rows.values()])
-    products = jnp.concatenate([(jac_t[j].T @ whole[j]).reshape(-1) for j in acting])
+    mul = _product if m <= dense.UNROLL else jnp.matmul  # small: fusible (`_product`)
+    products = jnp.concatenate([mul(jac_t[j].T, whole[j]).reshape(-1) for j in acting])
     gicm = placement.add_at(jnp.zeros(m * m, rhs.dtype), targets, products).reshape(m, m)
     lam, pivots = dense.spd_solve(gicm, rhs)
     columns = np.concatenate([np.arange(*top.coordinate_slices[j]) for j in acting])
-    corrections = jnp.concatenate([whole[j] @ placement.take(lam, rows[j]) for j in acting])
+    lam_j = {j: placement.take(lam, rows[j])[:, None] for j in acting}
+    corrections = jnp.concatenate([mul(whole[j], lam_j[j])[:, 0] for j in acting])
     return Solution(
         placement.add_at(phi_hat, columns, corrections), lam, _pivot_is_small(pivots, gicm)
     )
