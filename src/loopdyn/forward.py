@@ -25,8 +25,8 @@ Five methods solve them and give the same numbers (the first four on every mecha
   by one batched operation each, and a chain or forest of equal-size loops is eliminated by a
   ``lax.scan`` (`_plan`), so the compiled program grows with the number of block shapes, not
   with the number of loops (up to `_PER_BLOCK_LOOPS` loops it runs block by block). Where every
-  loop couples with every other (all through one subsystem), the GICM is dense and is
-  factorised whole.
+  loop couples with every other (all through one subsystem; also one loop, or two coupled
+  ones), the GICM is dense and is factorised whole (`_mode`).
 - ``"embedding"``: minimal coordinates: with independent coordinates ``q_i`` and dependent ``q_d``,
   ``qd = T qd_i`` and ``qdd = T qdd_i + c`` with ``T = [1; -J_d^-1 J_i]``, ``J c = Psi``,
   ``c_i = 0``; the reduced equations ``T^T I T qdd_i = T^T (phi - I c)`` need no multipliers
@@ -494,7 +494,7 @@ def _chain_elimination(count, products, targets, rhs):
 
 def _whole_gicm(top, acting, jac_t, whole, phi_hat, rhs):
     """SSLM's last steps with the GICM whole, for loop graphs whose block elimination would fill
-    in completely (`_plan`, ``"dense"``) and so emit operations cubic in the loops:
+    in completely (`_mode`, ``"dense"``) and so emit operations cubic in the loops:
     ``G = sum_j J_j I_j^-1 J_j^T`` (eq. 25 summed subsystem by subsystem, ``J_j`` the rows of
     the loops ``acting`` on subsystem j, ``jac_t[j] = J_j^T``, ``whole[j] = I_j^-1 J_j^T``)
     assembled by one placement, one Cholesky factor of ``G`` for ``G lam = rhs`` (``Psi_bar``,
