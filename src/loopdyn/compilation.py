@@ -10,7 +10,7 @@ instead of 38.5 ms, while the four-bar's programs changed by at most 1 %
 YNNPACK fusions (library calls XLA makes of some batched products): over a batch of 3-RRR states
 they took longer than XLA's own code (1.29 -> 1.12 us per state with the schedule, same file; the
 results differ in rounding, by 5e-15 relative at most), and a loop holding one cannot be a single
-kernel (below; 0.53 us per state in benchmarks/results/closed_loop.md).
+kernel (below; 0.49 us per state in benchmarks/results/closed_loop.md).
 
 Every program loopdyn compiles at the top level gets `OPTIONS` (`jit`); JAX takes compiler
 options from the outermost jit only, so a user's own ``jax.jit`` around loopdyn's functions
@@ -27,8 +27,8 @@ while loop into one kernel instead when the loop holds no scatter and no library
 turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for any
 of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
-of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 5.6 ms,
-1.23 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
+of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 5.3 ms,
+1.27 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
 compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s). XLA takes the limit
 from the ``XLA_FLAGS`` environment variable only, read once when JAX starts its CPU backend, and it
 applies to every program of the process: `use_loop_kernels` sets it when called first; the command
@@ -51,7 +51,7 @@ them in NumPy first made an eager four-bar ``forward_dynamics`` 82 instead of 69
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
 while Python goes on. For an eager call whose result is read at once that hand-off is a third of
-the cost: an eager four-bar ``forward_dynamics`` took 49.7 us, and 33.3 us with
+the cost: an eager four-bar ``forward_dynamics`` took 50.0 us, and 32.8 us with
 ``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
 (benchmarks/results/eager.md). That setting is global and fixed when the backend starts, so
 loopdyn leaves it to the user: scripts making many eager single-state calls gain by it. XLA's
