@@ -48,6 +48,10 @@ call about 0.3 us, and a mechanism has 38 arrays. The four-bar's program took 42
 55 us a call so (one core). The program also reports whether its inputs are finite: checking
 them in NumPy first made an eager four-bar ``forward_dynamics`` 82 instead of 69 us (one core,
 2026-11-27; NumPy's work between two calls slows the next program run, more than it costs).
+That report and the program's own (a singular GICM) are one flag, read once: each output of a
+program costs a call about 1.5 us and each read of one to the host more (an eager four-bar
+``forward_dynamics`` took 47.8 instead of 52.0 us with one flag instead of two, one core,
+2026-12-07).
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
 while Python goes on. For an eager call whose result is read at once that hand-off is a third of
@@ -203,12 +207,16 @@ def runs_eagerly(mech, *arrays) -> bool:
 
 
 def eager(fun, check_finite, options=None):
-    """``fun(mech, *arrays, **static)``; for concrete inputs one program whose arguments are the
-    mechanism's leaves packed into one array (module docstring) and the ``arrays``, compiled once
-    per tree and ``static`` (hashable) values with ``options`` (default `SINGLE_STATE`); called
-    as it is inside a trace. ``check_finite(*arrays)`` raises naming a NaN or inf entry: it runs
-    before the program compiles, and after where the program finds one (the program's check
-    costs less than NumPy's, module docstring)."""
+    """``fun(mech, *arrays, **static)``, which returns ``(result, trouble)`` with ``trouble`` a
+    boolean scalar or None; for concrete inputs one program whose arguments are the mechanism's
+    leaves packed into one array (module docstring) and the ``arrays``, compiled once per tree
+    and ``static`` (hashable) values with ``options`` (default `SINGLE_STATE`); called as it is
+    inside a trace. The program returns ``trouble`` or'ed with whether an input is not finite,
+    one flag read once (each output and each read costs a call time, module docstring);
+    ``check_finite(*arrays)`` raises naming a NaN or inf entry: it runs before the program
+    compiles, and after where the flag is set. Eagerly the call returns ``(result, trouble)``
+    with ``trouble`` a Python bool (inputs finite); ``call.concrete`` skips the test of
+    `runs_eagerly` where the caller has made it."""
     options = SINGLE_STATE if options is None else options
 
     @functools.cache
@@ -218,29 +226,34 @@ def eager(fun, check_finite, options=None):
             for shape in shapes:
                 parts.append(packed[at : at + math.prod(shape)].reshape(shape))
                 at += math.prod(shape)
-            finite = jnp.array(True)
+            result, trouble = fun(jax.tree.unflatten(structure, parts), *arrays, **dict(static))
             for x in arrays:
                 if x is not None:
-                    finite = finite & jnp.all(jnp.isfinite(x))
-            mech = jax.tree.unflatten(structure, parts)
-            return fun(mech, *arrays, **dict(static)), finite
+                    finite = jnp.all(jnp.isfinite(x))
+                    trouble = ~finite if trouble is None else trouble | ~finite
+            return result, jnp.asarray(False) if trouble is None else trouble
 
         return jax.jit(run, compiler_options=supported(options))
 
-    def call(mech, *arrays, **static):
-        if not runs_eagerly(mech, *arrays):
-            return fun(mech, *arrays, **static)  # inside a trace
+    def concrete(mech, *arrays, **static):
         (structure, shapes, packed), programs = _packed(mech)
         static = tuple(sorted(static.items()))
         run = programs.get((fun, static))
         if run is None:
             check_finite(*arrays)
             run = programs[fun, static] = program(structure, shapes, static)
-        result, finite = run(packed, *arrays)
-        if not np.asarray(finite):
+        result, trouble = run(packed, *arrays)
+        trouble = bool(np.asarray(trouble))
+        if trouble:
             check_finite(*arrays)
-        return result
+        return result, trouble
 
+    def call(mech, *arrays, **static):
+        if not runs_eagerly(mech, *arrays):
+            return fun(mech, *arrays, **static)  # inside a trace
+        return concrete(mech, *arrays, **static)
+
+    call.concrete = concrete
     return call
 
 

@@ -708,12 +708,15 @@ def forward_dynamics(
     if method == "embedding" and independent is None:
         independent = independent_coordinates(mech, q if _is_concrete(q) else None)
     independent = tuple(independent or ())
-    if eager:
-        result = _eager(mech, q, qd, tau, f_ext, ctrl, method=method, independent=independent)
+    if eager:  # the program's one flag: singular (its inputs are finite, or it raised)
+        result, singular = _eager.concrete(
+            mech, q, qd, tau, f_ext, ctrl, method=method, independent=independent
+        )
     else:
         result = solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
-    if _is_concrete(result.singular):
-        if np.asarray(result.singular):  # bool() of a JAX array took 22 us longer (four-bar)
+        singular = result.singular
+    if not isinstance(singular, jax.core.Tracer):
+        if singular:
             kinematics.check_jacobian(mech, q)  # raises naming the loop where it can
             raise ValueError(
                 f"forward_dynamics: the constraints are singular at this state (method {method!r})"
@@ -723,12 +726,17 @@ def forward_dynamics(
         "forward_dynamics: singular or redundant loop constraints at this state (a dead centre "
         "or dependent loop rows); kinematics.check_jacobian(mech, q) names the loop"
     )
-    return eqx.error_if(result.qdd, result.singular, message), result.lam
+    return eqx.error_if(result.qdd, singular, message), result.lam
+
+
+def _flagged(solution):
+    """``(solution without its flag, the flag)``: `compilation.eager`'s form."""
+    return solution._replace(singular=None), solution.singular
 
 
 _eager = compilation.eager(
-    lambda mech, q, qd, tau, f_ext, ctrl, *, method, independent: solve(
-        mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl
+    lambda mech, q, qd, tau, f_ext, ctrl, *, method, independent: _flagged(
+        solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
     ),
     lambda q, qd, tau, f_ext, ctrl: check_finite(
         "forward_dynamics", q=q, qd=qd, tau=tau, f_ext=f_ext, ctrl=ctrl

@@ -561,7 +561,7 @@ def _evaluate(mech, q, qd, qdd, plan, spectra=False) -> _Evaluated:
 
 
 _evaluate_once = compilation.eager(
-    lambda mech, q, qd, qdd, *, plan, spectra: _evaluate(mech, q, qd, qdd, plan, spectra),
+    lambda mech, q, qd, qdd, *, plan, spectra: (_evaluate(mech, q, qd, qdd, plan, spectra), None),
     lambda q, qd, qdd: check_finite("inverse_dynamics", q=q, qd=qd, qdd=qdd),
 )
 
@@ -599,7 +599,7 @@ def inverse_dynamics(
     eager = compilation.runs_eagerly(mech, q, qd, qdd)
     q, qd, qdd = check_arrays(mech, "inverse_dynamics", eager=eager, q=q, qd=qd, qdd=qdd)
     plan = solve_plan(mech, method)
-    evaluated = _evaluate_once(mech, q, qd, qdd, plan=plan, spectra=eager and check)
+    evaluated, _ = _evaluate_once(mech, q, qd, qdd, plan=plan, spectra=eager and check)
     if not check:
         return evaluated.result
     flags = evaluated.flags
