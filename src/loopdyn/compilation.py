@@ -202,8 +202,12 @@ def _concrete(mech) -> bool:
 def runs_eagerly(mech, *arrays) -> bool:
     """Whether a call on ``mech`` and ``arrays`` runs an `eager` program: no trace running (a
     user's ``jit`` of constants included) and nothing traced."""
-    tracer = jax.core.Tracer
-    return _top_level() and not any(isinstance(x, tracer) for x in arrays) and _concrete(mech)
+    if not _top_level():
+        return False
+    for x in arrays:  # a loop, not any(): this runs before every eager call
+        if isinstance(x, jax.core.Tracer):
+            return False
+    return _concrete(mech)
 
 
 def eager(fun, check_finite, options=None):
