@@ -696,10 +696,14 @@ def reduced_gaps(mech: Mechanism, q: Float[Array, " n"]) -> Float[Array, " g"]:
 
 
 def false_closures(mech: Mechanism, q: Float[Array, " n"]) -> tuple[Array, Array]:
-    """`locked_turns` and `reduced_gaps` at ``q`` from one body-motion pass (traceable)."""
+    """`locked_turns` and `reduced_gaps` at ``q`` from one body-motion pass (traceable), and
+    none where the mechanism has neither (empty arrays, nothing traced)."""
+    empty = jnp.zeros(0, q.dtype)
+    if not (_locking(mech).size or mech.reduced_across):
+        return empty, empty
     motion = tree.body_motion(mech, q)
-    turns = _turns_at(mech, motion) if _locking(mech).size else jnp.zeros(0, q.dtype)
-    return turns, _gaps_at(mech, motion)
+    turns = _turns_at(mech, motion) if _locking(mech).size else empty
+    return turns, _gaps_at(mech, motion) if mech.reduced_across else empty
 
 
 def check_gaps(mech: Mechanism, gaps, function: str):
