@@ -408,86 +408,111 @@ def reaction_magnitudes(mech: Mechanism, reactions: Array) -> tuple[Array, Array
     )
 
 
-def _unchecked(x):
-    return x
+_STATE = (
+    "inverse_dynamics: the state does not satisfy the loop constraints to tol={tol:g} "
+    "(Phi(q) = 0, J qd = 0, J qdd = -J' qd); assemble it with kinematics.assemble and "
+    "project_velocity, or use prescribed.prescribed_motion"
+)
+_UNDETERMINED = "inverse_dynamics: the forces are not determined at this configuration"
+_LEVELS = ("position", "velocity", "acceleration")
 
 
-def _check_state(mech, evaluated, flags, tol):
-    """Refuse a state that does not satisfy the loop constraints: name the loop and residual."""
-    message = (
-        f"inverse_dynamics: the state does not satisfy the loop constraints to tol={tol:g} "
-        "(Phi(q) = 0, J qd = 0, J qdd = -J' qd); assemble it with kinematics.assemble and "
-        "project_velocity, or use prescribed.prescribed_motion"
-    )
-    if isinstance(flags, jax.core.Tracer):
-        return lambda x: eqx.error_if(x, jnp.any(flags[:3] > tol), message)
-    top, names = mech.topology, ("position", "velocity", "acceleration")
-    for level, r, s, ratio in zip(names, evaluated.levels, evaluated.scales, flags):
-        if ratio > tol:  # the loop named from the residual itself
-            r = np.abs(np.asarray(r)) / float(s)
-            i = next(i for i in range(len(top.loops)) if r[top.rows(i)].max() > tol)
-            raise ValueError(
-                f"{message}: the {level} residual of the loop of cut joint "
-                f"{top.loops[i].name!r} is {r[top.rows(i)].max() * float(s):.3e}"
-            )
-    return _unchecked
-
-
-def _check_producible(mech, evaluated, flags, tol):
-    """Refuse a motion the actuators cannot produce: name the mismatch."""
-    message = (
+def _unproducible(mech):
+    return (
         f"inverse_dynamics: the actuators {list(mech.actuator_names)} cannot produce this motion "
         f"({len(mech.actuated)} actuators for {mech.topology.dof} degrees of freedom)"
     )
-    if isinstance(flags, jax.core.Tracer):
-        return lambda x: eqx.error_if(x, flags[3] > tol, message)
-    if flags[3] > tol:
-        r = np.abs(np.asarray(evaluated.unbalanced))
+
+
+@compilation.by_identity
+def _layout(mech):
+    """``(m, n, rows and columns of [B  J^T])``: the sizes `_Evaluated.checks` is laid out by."""
+    return mech.topology.num_rows, mech.nv, _whole_step(mech).shape
+
+
+def _check(mech, q, evaluated, tol):
+    """Raise naming the problem where an eager evaluation fails a check, in this order: a state
+    off the loop constraints (the loop and residual named), forces not determined (J rank
+    deficient: a change point or dependent loop rows, `kinematics.check_jacobian` names the
+    loop; ``[B  J^T]`` rank deficient: an actuator singularity; a non-finite result), a motion
+    the actuators cannot produce (the unbalanced generalized force named). One transfer of
+    `_Evaluated.checks`; the residuals are read only to name a failure."""
+    checks = np.asarray(evaluated.checks)
+    position, velocity, acceleration, producible, finite = checks[:5].tolist()
+    m, n, (rows, columns) = _layout(mech)
+    if max(position, velocity, acceleration) > tol:  # the loop named from the residual itself
+        top, scales = mech.topology, checks[5:8]
+        for k, level in enumerate(_LEVELS):
+            r = np.abs(checks[8 + k * m : 8 + (k + 1) * m]) / scales[k]
+            if r.max(initial=0.0) > tol:
+                i = next(i for i in range(len(top.loops)) if r[top.rows(i)].max() > tol)
+                raise ValueError(
+                    f"{_STATE.format(tol=tol)}: the {level} residual of the loop of cut joint "
+                    f"{top.loops[i].name!r} is {r[top.rows(i)].max() * scales[k]:.3e}"
+                )
+    rank, whole_rank, whole_finite = checks[8 + 3 * m + n :].tolist()
+    if m and rank < m:
+        kinematics.check_jacobian(mech, q, rtol=_RANK_RTOL)  # raises naming the loop
+    if m and whole_finite and whole_rank < min(rows, columns):
+        raise ValueError(
+            f"{_UNDETERMINED}: the actuators {list(mech.actuator_names)} lose control of the "
+            "motion here (an actuator singularity: [B  J^T] is rank deficient, the driving "
+            "forces would be unbounded or not unique)"
+        )
+    if finite == 0.0:
+        raise ValueError(
+            f"{_UNDETERMINED}: the result is not finite (check q, qd, qdd for NaN or inf)"
+        )
+    if producible > tol:
+        r = np.abs(checks[8 + 3 * m : 8 + 3 * m + n])
         worst = mech.coordinate_names[int(r.argmax())]
         raise ValueError(
-            f"{message}: unbalanced generalized force {r.max():.3e} at coordinate {worst!r}"
+            f"{_unproducible(mech)}: unbalanced generalized force {r.max():.3e} at coordinate "
+            f"{worst!r}"
         )
-    return _unchecked
 
 
-def _check_singular(mech, q, evaluated, flags):
-    """Refuse a configuration where the forces are not determined, never return NaN: J rank
-    deficient (a change point, or dependent loop rows: `kinematics.check_jacobian` names the
-    loop), the actuators losing control of the motion (``[B  J^T]`` rank deficient: an actuator
-    singularity), or a non-finite result. Under ``jit`` only the last, by ``eqx.error_if``."""
-    message = "inverse_dynamics: the forces are not determined at this configuration"
-    if isinstance(flags, jax.core.Tracer):
-        return lambda x: eqx.error_if(x, flags[4] == 0.0, message + " (non-finite result)")
-    rows, columns = _whole_step(mech).shape
-    spectrum, whole_spectrum = (np.asarray(s) for s in evaluated.spectra)
-    if spectrum.size and _rank_of(spectrum) < mech.topology.num_rows:
-        kinematics.check_jacobian(mech, q, rtol=_RANK_RTOL)  # raises naming the loop
-    determinate = _rank_of(whole_spectrum) == min(rows, columns)
-    if spectrum.size and np.all(np.isfinite(whole_spectrum)) and not determinate:
-        raise ValueError(
-            f"{message}: the actuators {list(mech.actuator_names)} lose control of the motion "
-            "here (an actuator singularity: [B  J^T] is rank deficient, the driving forces "
-            "would be unbounded or not unique)"
-        )
-    if flags[4] == 0.0:
-        raise ValueError(f"{message}: the result is not finite (check q, qd, qdd for NaN or inf)")
-    return _unchecked
+def _guarded(mech, evaluated, tol):
+    """The result with `_check`'s checks under a trace as ``eqx.error_if``s (they run with the
+    program; J's rank is not checked there, a non-finite result is)."""
+    flags = evaluated.checks[:5]
+    checks = (
+        (jnp.any(flags[:3] > tol), _STATE.format(tol=tol)),
+        (flags[4] == 0.0, _UNDETERMINED + " (non-finite result)"),
+        (flags[3] > tol, _unproducible(mech)),
+    )
+
+    def guard(x):
+        for failed, message in checks:
+            x = eqx.error_if(x, failed, message)
+        return x
+
+    return jax.tree_util.tree_map(guard, evaluated.result)
 
 
 class _Evaluated(NamedTuple):
     result: InverseDynamics
-    levels: tuple  # loop residuals at position, velocity and acceleration level
-    scales: tuple
-    unbalanced: Array  # tau_id - B u - J^T lambda
-    # What the checks read, one transfer for an eager call: the residual of each level over
-    # its scale, |unbalanced| over 1 + |tau_id|, and 1 where the result is finite (else 0).
-    flags: Array
-    spectra: tuple | None  # eager calls: the singular values of J and of [B  J^T]
+    # What the checks read, one array (one transfer for an eager call): the residual of each
+    # loop level over its scale (3), |unbalanced| over 1 + |tau_id|, 1 where the result is
+    # finite (else 0), the three scales, the residuals Phi, J qd and J qdd + J' qd (m each),
+    # the unbalanced forces tau_id - B u - J^T lambda (n) and, for eager calls, the ranks of J
+    # and of [B  J^T] and 1 where the latter's singular values are finite.
+    checks: Array
+
+
+def _ranks(mech, jac):
+    """The ranks of J and of ``[B  J^T]`` (its coordinates in their order: the rank does not
+    change) from their singular values, and whether the latter are finite."""
+    whole = jnp.concatenate([np.eye(mech.nv)[:, list(mech.actuated)], jac.T], axis=1)
+    spectra = [dense.singular_values(x) if x.size else x[:0, 0] for x in (jac, whole)]
+    rank = lambda s: jnp.sum(s > _RANK_RTOL * jnp.max(s, initial=0.0))
+    finite = jnp.all(jnp.isfinite(spectra[1]))
+    return jnp.stack([rank(spectra[0]), rank(spectra[1]), finite]).astype(jac.dtype)
 
 
 def _evaluate(mech, q, qd, qdd, plan, spectra=False) -> _Evaluated:
     """The traceable core: no checks (``plan`` static, from `solve_plan`); ``spectra``: also
-    the singular values the eager rank checks read (`_check_singular`)."""
+    the ranks the eager checks read (`_check`)."""
     position, rotation = tree.forward_kinematics(mech, q)
     springs = forces.spring_wrenches(mech, q, qd) if mech.spring_names else None
     carried = tree.joint_wrenches(mech, q, qd, qdd, springs)  # tips -> base, without the loops
@@ -552,12 +577,9 @@ def _evaluate(mech, q, qd, qdd, plan, spectra=False) -> _Evaluated:
     )
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(result)]))
     producible = result.residual / (1.0 + jnp.max(jnp.abs(tau_id)))
-    flags = jnp.concatenate([ratios, jnp.stack([producible, finite.astype(ratios.dtype)])])
-    if spectra:  # [B  J^T] with the coordinates in their order (the rank does not change)
-        b = np.eye(mech.nv)[:, list(mech.actuated)]
-        whole = jnp.concatenate([b, jac.T], axis=1)
-        spectra = tuple(dense.singular_values(x) if x.size else x[:0, 0] for x in (jac, whole))
-    return _Evaluated(result, levels, scales, unbalanced, flags, spectra or None)
+    flags = jnp.stack([producible, finite.astype(ratios.dtype)])
+    parts = [ratios, flags, jnp.stack(jnp.broadcast_arrays(*scales)), *levels, unbalanced]
+    return _Evaluated(result, jnp.concatenate(parts + ([_ranks(mech, jac)] if spectra else [])))
 
 
 _evaluate_once = compilation.eager(
@@ -602,14 +624,10 @@ def inverse_dynamics(
     evaluated, _ = _evaluate_once(mech, q, qd, qdd, plan=plan, spectra=eager and check)
     if not check:
         return evaluated.result
-    flags = evaluated.flags
-    flags = flags if isinstance(flags, jax.core.Tracer) else np.asarray(flags)
-    closed = _check_state(mech, evaluated, flags, tol)
-    determined = _check_singular(mech, q, evaluated, flags)
-    producible = _check_producible(mech, evaluated, flags, tol)
-    if closed is determined is producible is _unchecked:
-        return evaluated.result
-    return jax.tree_util.tree_map(lambda x: producible(determined(closed(x))), evaluated.result)
+    if isinstance(evaluated.checks, jax.core.Tracer):
+        return _guarded(mech, evaluated, tol)
+    _check(mech, q, evaluated, tol)
+    return evaluated.result
 
 
 class Augmented(NamedTuple):
