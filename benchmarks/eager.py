@@ -6,8 +6,8 @@ every row alike; report the ratios of this run).
 - the entry point with JAX inputs and with NumPy inputs (argument checks, one compiled
   program, the singular-state check); `loopdyn.inverse_dynamics` with its checks (closure,
   rank, producible motion) and without, at a consistent state;
-- its compiled program called directly with the mechanism as its 38 leaves (the entry point
-  hands them over packed into one array, `loopdyn.compilation.eager`);
+- its compiled program called directly with the mechanism as its 38 leaves, and as the entry
+  point calls it: the leaves packed into one array, one flag read (`loopdyn.compilation.eager`);
 - ``jax.jit`` of a trivial function of one and of 38 arguments: JAX's dispatch floor;
 - the same program inside one compiled loop, per evaluation: the work itself.
 
@@ -78,6 +78,9 @@ def cases(name):
 
     jit = lambda f: jax.jit(f, compiler_options=compilation.supported(compilation.SINGLE_STATE))
     leaves_call, loop_call = jit(by_leaves), jit(loop)
+    loopdyn.forward_dynamics(mech, q, qd, tau)  # compiles the entry point's program
+    (_, _, packed), programs = compilation._packed(mech)
+    (packed_call,) = programs.values()
     one, many = jax.jit(lambda x: x + 1.0), jax.jit(lambda *x: x[0] + 1.0)
     ready = lambda x: jax.block_until_ready(x)
     return {
@@ -93,6 +96,10 @@ def cases(name):
         ),
         "its program alone, the mechanism as 38 leaves (the entry point packs them)": (
             lambda: ready(leaves_call(leaves, q, qd, tau)),
+            1,
+        ),
+        "its program as the entry point calls it (the mechanism packed, its flag read)": (
+            lambda: np.asarray(packed_call(packed, q, qd, tau, None, None)[1]),
             1,
         ),
         "jax.jit, trivial, 1 argument": (lambda: ready(one(q)), 1),
