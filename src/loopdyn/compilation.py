@@ -51,13 +51,13 @@ them in NumPy first made an eager four-bar ``forward_dynamics`` 82 instead of 69
 That report and the program's own (a singular GICM) are one flag, read once: each output of a
 program costs a call about 1.5 us and each read of one to the host more (an eager four-bar
 ``forward_dynamics`` took 47.8 instead of 52.0 us with one flag instead of two, one core,
-2026-12-07).
+2026-12-07; `inverse_dynamics` reads all its checks as one array).
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
 while Python goes on. For an eager call whose result is read at once that hand-off is a third of
-the cost: an eager four-bar ``forward_dynamics`` took 50.0 us, and 32.8 us with
+the cost: an eager four-bar ``forward_dynamics`` took 42.9 us, and 27.0 us with
 ``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
-(benchmarks/results/eager.md). That setting is global and fixed when the backend starts, so
+(benchmarks/results/eager.md, 2026-12-07 at 6adf45a). That setting is global and fixed when the backend starts, so
 loopdyn leaves it to the user: scripts making many eager single-state calls gain by it. XLA's
 CPU client runs a program on the calling thread anyway where its cost analysis counts fewer than
 1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978 and the
