@@ -31,6 +31,7 @@ from loopdyn import design, tree
 from loopdyn.cli_balance import figure, record
 
 jax.config.update("jax_enable_x64", True)
+loopdyn.compilation.use_loop_kernels()  # loops as single kernels: before any computation
 OUT = os.environ.get("LOOPDYN_NOTEBOOK_OUT", "out")
 POSITIONS = int(os.environ.get("LOOPDYN_NOTEBOOK_POSITIONS", "72"))
 os.makedirs(OUT, exist_ok=True)

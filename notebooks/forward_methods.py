@@ -32,6 +32,7 @@ import loopdyn
 from loopdyn import forward, kinematics, mechanisms, recursive
 
 jax.config.update("jax_enable_x64", True)
+loopdyn.compilation.use_loop_kernels()  # loops as single kernels: before any computation
 OUT = os.environ.get("LOOPDYN_NOTEBOOK_OUT", "out")
 QUICK = bool(os.environ.get("LOOPDYN_NOTEBOOK_QUICK"))  # the test suite runs a small ladder
 os.makedirs(OUT, exist_ok=True)

@@ -29,6 +29,7 @@ import loopdyn
 from loopdyn import inverse, prescribed, shaking
 
 jax.config.update("jax_enable_x64", True)
+loopdyn.compilation.use_loop_kernels()  # loops as single kernels: before any computation
 OUT = os.environ.get("LOOPDYN_NOTEBOOK_OUT", "out")
 POSITIONS = int(os.environ.get("LOOPDYN_NOTEBOOK_POSITIONS", "134"))  # one turn at 0.01 s
 os.makedirs(OUT, exist_ok=True)

@@ -34,6 +34,7 @@ import loopdyn
 from loopdyn import fit, parameters, prescribed
 
 jax.config.update("jax_enable_x64", True)
+loopdyn.compilation.use_loop_kernels()  # loops as single kernels: before any computation
 OUT = os.environ.get("LOOPDYN_NOTEBOOK_OUT", "out")
 SAMPLES = int(os.environ.get("LOOPDYN_NOTEBOOK_SAMPLES", "41"))
 os.makedirs(OUT, exist_ok=True)

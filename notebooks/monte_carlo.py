@@ -31,6 +31,7 @@ import loopdyn
 from loopdyn import montecarlo, prescribed
 
 jax.config.update("jax_enable_x64", True)
+loopdyn.compilation.use_loop_kernels()  # loops as single kernels: before any computation
 OUT = pathlib.Path(os.environ.get("LOOPDYN_NOTEBOOK_OUT", "out"))
 RUNS = int(os.environ.get("LOOPDYN_NOTEBOOK_RUNS", "2000"))
 CHUNK = max(2, RUNS // 4)

@@ -26,6 +26,7 @@ import loopdyn
 from loopdyn import plot
 
 jax.config.update("jax_enable_x64", True)
+loopdyn.compilation.use_loop_kernels()  # loops as single kernels: before any computation
 OUT = os.environ.get("LOOPDYN_NOTEBOOK_OUT", "out")
 os.makedirs(OUT, exist_ok=True)
 
