@@ -28,7 +28,11 @@ turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default
 of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
 of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 5.3 ms,
-1.27 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). The costs: LLVM
+1.27 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). Batches run as a
+loop over chunks of states (`chunking`), which becomes one kernel too: a batch of 3-RRR states
+took 0.47 instead of 1.60 us per state, and pinning the process stopped mattering (without loop
+kernels XLA's two pool threads hand the chunk loop's small kernels between them: 1.41 us pinned
+to one core; experiments/unpinned_batches.md). The costs: LLVM
 compiles a one-kernel loop more slowly (that simulation 11.1 instead of 8.2 s). XLA takes the limit
 from the ``XLA_FLAGS`` environment variable only, read once when JAX starts its CPU backend, and it
 applies to every program of the process: `use_loop_kernels` sets it when called first; the command
