@@ -16,6 +16,7 @@ worker takes the first CPU before JAX starts (XLA sizes its thread pool to it). 
 Writes experiments/unpinned_batches.json and .md atomically.
 """
 
+import functools
 import json
 import os
 import pathlib
@@ -69,9 +70,10 @@ def worker(config, out):
         arrays = [jnp.asarray(x) for x in states_]
         columns = [np.asfortranarray(x.T) for x in states_]
         pool, reference = pin.ModelPool(model, 1), np.zeros((n, B), order="F")
-        fd = jax.jit(tree.forward_dynamics)
-        result[f"fd{n}"] = median_us(lambda: fd(mech, *arrays))
-        result[f"fd{n}_pin"] = median_us(lambda: pin.abaInParallel(1, pool, *columns, reference))
+        fd = functools.partial(jax.jit(tree.forward_dynamics), mech, *arrays)
+        result[f"fd{n}"] = median_us(fd)
+        peer = functools.partial(pin.abaInParallel, 1, pool, *columns, reference)
+        result[f"fd{n}_pin"] = median_us(peer)
     mech = mechanisms.three_rrr()
     q, qd, tau = recursive_ladder.states(mech)
     sslm = jax.jit(jax.vmap(lambda *x: forward.solve(mech, *x, method="sslm").qdd))
