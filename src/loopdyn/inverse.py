@@ -269,15 +269,23 @@ def solve_plan(mech: Mechanism, method: str = "subsystem") -> tuple[Step, ...]:
     actuators than degrees of freedom)."""
     if method not in METHODS:
         raise ValueError(f"inverse_dynamics: method must be one of {METHODS}, got {method!r}")
-    top = mech.topology
-    if len(mech.actuated) > top.dof:
-        warnings.warn(
-            f"{len(mech.actuated)} actuators {list(mech.actuator_names)} for {top.dof} degrees of "
-            "freedom: redundantly actuated, the minimum-norm actuator forces are returned",
-            stacklevel=3,
-        )
+    if (redundant := _redundant_actuation(mech)) is not None:
+        warnings.warn(redundant, stacklevel=3)
     plan = _subsystem_plan(mech) if method == "subsystem" else None
     return (_whole_step(mech),) if plan is None else plan
+
+
+@compilation.by_identity
+def _redundant_actuation(mech) -> str | None:
+    """The warning for more actuators than degrees of freedom, or None (once per mechanism: its
+    properties cost microseconds to read, an eager call's budget)."""
+    top, actuated = mech.topology, mech.actuated
+    if len(actuated) <= top.dof:
+        return None
+    return (
+        f"{len(actuated)} actuators {list(mech.actuator_names)} for {top.dof} degrees of "
+        "freedom: redundantly actuated, the minimum-norm actuator forces are returned"
+    )
 
 
 def _solve(matrix, rhs, num_actuators):
