@@ -47,13 +47,16 @@ FAMILIES = {  # the k measured per family (the small ladders only: the time this
 }
 
 
-def states(mech, seed=0):
+def states(mech, seed=0, batch=None):
+    """``batch`` (default `B`) states: `STATES` assembled near ``q0``, tiled; random ``qd``,
+    ``tau``."""
+    batch = B if batch is None else batch
     rng = np.random.default_rng(seed)
     close = jax.jit(lambda g: kinematics.assemble(mech, g, fixed=tuple(mech.actuated)))
     qs = np.stack([close(mech.q0 + 0.02 * rng.normal(size=mech.nq)) for _ in range(STATES)])
     n = mech.num_bodies
-    q = jnp.asarray(np.tile(qs, (B // STATES, 1)))
-    return q, jnp.asarray(rng.normal(size=(B, n))), jnp.asarray(rng.normal(size=(B, n)))
+    q = jnp.asarray(np.tile(qs, (batch // STATES, 1)))
+    return q, jnp.asarray(rng.normal(size=(batch, n))), jnp.asarray(rng.normal(size=(batch, n)))
 
 
 def measure(mech, method, q, qd, tau):

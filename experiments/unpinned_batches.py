@@ -46,10 +46,8 @@ def worker(config, out):
     import pinocchio as pin
 
     sys.path[:0] = [str(HERE.parent / "tests"), str(HERE)]
-    import recursive_ladder
     from random_trees import random_tree
-
-    recursive_ladder.B = B  # its `states` tiles its assembled states to this batch
+    from recursive_ladder import states
 
     from loopdyn import forward, mechanisms, tree
 
@@ -75,7 +73,7 @@ def worker(config, out):
         peer = functools.partial(pin.abaInParallel, 1, pool, *columns, reference)
         result[f"fd{n}_pin"] = median_us(peer)
     mech = mechanisms.three_rrr()
-    q, qd, tau = recursive_ladder.states(mech)
+    q, qd, tau = states(mech, batch=B)
     sslm = jax.jit(jax.vmap(lambda *x: forward.solve(mech, *x, method="sslm").qdd))
     result["rrr_sslm"] = median_us(lambda: sslm(q, qd, tau))
     pathlib.Path(out).write_text(json.dumps(result))
