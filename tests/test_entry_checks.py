@@ -68,7 +68,7 @@ def test_nan_is_named_where_only_a_parameter_other_than_mass_is_traced(four_bar,
 
 def test_jax_arrays_of_other_dtypes_are_converted(four_bar):
     """The argument checks take JAX arrays of a type met before by their shape and dtype alone:
-    float32 and integer torques are still converted, to the float64 call's accelerations."""
+    float32 and integer torques still pass, in float64, to the float64 call's accelerations."""
     q, qd, tau = four_bar.q0, jnp.linspace(0.1, -0.2, 3), jnp.array([1.0, 0.0, -2.0])
     reference = loopdyn.forward_dynamics(four_bar, q, qd, tau)[0]
     for other in (tau.astype(jnp.float32), jnp.array([1, 0, -2])):
