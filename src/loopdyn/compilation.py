@@ -58,25 +58,24 @@ program costs a call about 1.5 us and each read of one to the host more (an eage
 2026-12-07; `inverse_dynamics` reads all its checks as one array).
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
-while Python goes on. For an eager call whose result is read at once that hand-off is a third of
-the cost: an eager four-bar ``forward_dynamics`` took 42.9 us, and 27.0 us with
+while Python goes on. For an eager call whose result is read at once that hand-off is a third of the
+cost: an eager four-bar ``forward_dynamics`` took 42.9 us, and 27.0 us with
 ``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
-(benchmarks/results/eager.md, 2026-12-07 at 6adf45a). That setting is global and fixed when the backend starts, so
-loopdyn leaves it to the user: scripts making many eager single-state calls gain by it. XLA's
-CPU client runs a program on the calling thread anyway where its cost analysis counts fewer than
-1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978 and the
-3-RRR's 11,282 after the compact programs of 2026-11-28 (3,761 and 12,126 before), 1,612 and
-7,240 on 2026-12-07 (its sine and versine series, fused into each of their consumers, counted
-306 of the four-bar's then). Each call also
-creates and releases a handle to every buffer of the program: 123 for the four-bar's on
-2026-11-27, 87 of them for the scalars of its reductions' computations. In a perf profile of
-synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one core). The
-program runs its kernels one by one: 59 for the four-bar and 104 for the 3-RRR (118 and 215
-before the compact programs of 2026-11-28, 67 and 119 before the planar frames of 2026-12-07,
-58 and 101 before the whole GICM of one or two loops; experiments/compact_programs.md,
-compact_programs_planar.md and compact_programs_whole.md, where an eager four-bar call took
-59.6, 53.4, 48.4 and then 50.0 us). The same evaluation inside a compiled loop costs 0.79 us
-(1.19, 0.79 and 0.74 before).
+(benchmarks/results/eager.md, 2026-12-07 at 6adf45a). That setting is global and fixed when the
+backend starts, so loopdyn leaves it to the user: scripts making many eager single-state calls gain
+by it. XLA's CPU client runs a program on the calling thread anyway where its cost analysis counts
+fewer than 1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978
+and the 3-RRR's 11,282 after the compact programs of 2026-11-28 (3,761 and 12,126 before), 1,612 and
+7,240 on 2026-12-07 (its sine and versine series, fused into each of their consumers, counted 306 of
+the four-bar's then). Each call also creates and releases a handle to every buffer of the program:
+123 for the four-bar's on 2026-11-27, 87 of them for the scalars of its reductions' computations. In
+a perf profile of synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one
+core). The program runs its kernels one by one: 59 for the four-bar and 104 for the 3-RRR (118 and
+215 before the compact programs of 2026-11-28, 67 and 119 before the planar frames of 2026-12-07, 58
+and 101 before the whole GICM of one or two loops; experiments/compact_programs.md,
+compact_programs_planar.md and compact_programs_whole.md, where an eager four-bar call took 59.6,
+53.4, 48.4 and then 50.0 us). The same evaluation inside a compiled loop costs 0.79 us (1.19, 0.79
+and 0.74 before).
 
 Single-state programs (`SINGLE_STATE`: `simulate`'s solve, eager `forward_dynamics` calls) are
 compiled with XLA's older fusion emitters (LLVM IR instead of MLIR), which compile them faster at
