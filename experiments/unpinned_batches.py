@@ -23,7 +23,6 @@ import pathlib
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = pathlib.Path(__file__).parent
 CONFIGS = ("unpinned", "pinned", "unpinned, loop kernels", "pinned, loop kernels")
@@ -46,19 +45,13 @@ def worker(config, out):
     import pinocchio as pin
 
     sys.path[:0] = [str(HERE.parent / "tests"), str(HERE)]
+    from compact_programs import median_s
     from random_trees import random_tree
     from recursive_ladder import states
 
     from loopdyn import forward, mechanisms, tree
 
-    def median_us(call):
-        jax.block_until_ready(call())
-        times = []
-        for _ in range(RUNS):
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) / B * 1e6
+    median_us = lambda call: median_s(call, RUNS) / B * 1e6  # a warm-up call, then RUNS
 
     result = {"affinity": sorted(os.sched_getaffinity(0)), "load": os.getloadavg()}
     for n in SIZES:  # the chains and states of benchmarks/tree_dynamics.py's `problem`

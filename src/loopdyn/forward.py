@@ -715,7 +715,7 @@ def forward_dynamics(
     else:
         result = solve(mech, q, qd, tau, f_ext, method, independent=independent, ctrl=ctrl)
         singular = result.singular
-    if not isinstance(singular, jax.core.Tracer):
+    if _is_concrete(singular):
         if singular:
             kinematics.check_jacobian(mech, q)  # raises naming the loop where it can
             raise ValueError(
