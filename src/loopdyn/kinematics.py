@@ -470,6 +470,28 @@ def _frame_body(mech, cut, side):
     return joint.body_a if side == 0 else joint.body_b
 
 
+def _gap(rows, rate):
+    """Per row: frame b's ``rate`` less frame a's (``rate`` indexed ``[c, side]``)."""
+    return (rate[:, 1] - rate[:, 0])[rows.cut]
+
+
+def _turning(rows, rate):
+    """Per row: the ``rate`` of the frame ``e`` turns with (a; b on across_b rows; zero on point
+    rows, whose ``e`` is fixed in the world)."""
+    return rows.turning * _by_frame(rows, rate[rows.cut, 0], rate[rows.cut, 1])
+
+
+def _rate(ends, rows, e, x):
+    """``(e . x)' = e' . x + e . x'``: the rows' ``J qd`` from the frames' velocities, without
+    forming J."""
+    dx = _mix(
+        rows.angle, lambda: jnp.cross(ends.omega[rows.cut, 1], x), lambda: _gap(rows, ends.velocity)
+    )
+    if not rows.turning.any():
+        return _dot(e, dx)
+    return _dot(jnp.cross(_turning(rows, ends.omega), e), x) + _dot(e, dx)
+
+
 def _bias(ends, rows, e, x):
     """``(e . x)'' = e'' . x + 2 e' . x' + e . x''`` at ``qdd = 0``."""
 
@@ -477,17 +499,33 @@ def _bias(ends, rows, e, x):
         dv = jnp.cross(omega, v)
         return dv, jnp.cross(alpha, v) + jnp.cross(omega, dv)
 
-    def frame(rate):  # of the frame e turns with: a, or b for across_b rows (none: point rows)
-        return rows.turning * _by_frame(rows, rate[rows.cut, 0], rate[rows.cut, 1])
-
-    gap = lambda rate: (rate[:, 1] - rate[:, 0])[rows.cut]
     on_b = functools.cache(lambda: turn(x, ends.omega[rows.cut, 1], ends.alpha[rows.cut, 1]))
-    dx = _mix(rows.angle, lambda: on_b()[0], lambda: gap(ends.velocity))
-    ddx = _mix(rows.angle, lambda: on_b()[1], lambda: gap(ends.acceleration))
+    dx = _mix(rows.angle, lambda: on_b()[0], lambda: _gap(rows, ends.velocity))
+    ddx = _mix(rows.angle, lambda: on_b()[1], lambda: _gap(rows, ends.acceleration))
     if not rows.turning.any():  # e fixed in the world: point rows
         return _dot(e, ddx)
-    de, dde = turn(e, frame(ends.omega), frame(ends.alpha))
+    de, dde = turn(e, _turning(rows, ends.omega), _turning(rows, ends.alpha))
     return _dot(dde, x) + 2.0 * _dot(de, dx) + _dot(e, ddx)
+
+
+def residuals_at(mech: Mechanism, motion: tree.Motion) -> tuple[Array, Array, Array]:
+    """``(Phi, J qd, scale)`` from the bodies' motion at ``(q, qd)``, J not formed (`_rate`):
+    the loops' position and velocity residuals, and ``1 +`` the largest speed of a cut frame
+    (``|v|``, ``|w|``) or coupled coordinate, the size against which ``J qd`` is small or not."""
+    phi = velocity = phi_c = velocity_c = None
+    scale = jnp.ones((), motion.position.dtype)
+    if mech.cut_joints:
+        ends, rows = _ends(mech, motion), _rows(mech)
+        e, x = _directions(ends, rows)
+        phi, velocity = _dot(e, x), _rate(ends, rows, e, x)
+        scale = 1.0 + jnp.max(jnp.abs(jnp.concatenate([ends.velocity, ends.omega], -1)))
+    if mech.coupling_names:
+        phi_c, jac_c, _ = _couplings(mech, motion)
+        velocity_c = jac_c @ motion.rates
+        scale = jnp.maximum(scale, 1.0 + jnp.max(jnp.abs(motion.rates)))
+    if not mech.topology.loops:
+        phi = velocity = jnp.zeros(0, scale.dtype)
+    return _stacked(phi, phi_c), _stacked(velocity, velocity_c), scale
 
 
 @compilation.jit
