@@ -9,7 +9,7 @@ import pytest
 from support.mujoco_kkt import kkt_reference
 
 import loopdyn
-from loopdyn import kinematics
+from loopdyn import kinematics, tree
 from loopdyn.mechanism import MechanismBuilder
 
 # A double pendulum and a pendulum carrying a slider, coupled by a quartic joint equality
@@ -48,7 +48,8 @@ def _equality_rows(model, data, q, v):
 
 def test_rows_match_mujoco(coupled):
     """Phi, J and J' v of both couplings equal MuJoCo's equality rows (its residual ``efc_pos``,
-    Jacobian ``efc_J``, and J' v by central differences), also away from closure."""
+    Jacobian ``efc_J``, and J' v by central differences), also away from closure; so do Phi and
+    J v of `kinematics.residuals_at`."""
     mech, model, data, q, v = coupled
     assert mech.coupling_names == ("gear", "belt")
     assert [loop.kind for loop in mech.topology.loops] == ["coupling", "coupling"]
@@ -61,6 +62,10 @@ def test_rows_match_mujoco(coupled):
         np.testing.assert_allclose(phi, position, atol=1e-15)
         np.testing.assert_allclose(jac, rows, atol=1e-15)
         np.testing.assert_allclose(bias, (ahead - behind) / (2 * h), atol=1e-8)
+        motion = tree.body_motion(mech, jnp.asarray(at), jnp.asarray(v), accelerations=False)
+        measured, velocity, _ = kinematics.residuals_at(mech, motion)  # J not formed
+        np.testing.assert_allclose(measured, position, atol=1e-15)
+        np.testing.assert_allclose(velocity, rows @ v, atol=1e-14)
     assert np.abs(kinematics.loop_residual(mech, q)).max() < 1e-15
 
 

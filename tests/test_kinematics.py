@@ -14,7 +14,7 @@ from support.composite import side_by_side
 
 import loopdyn
 from loopdyn import kinematics as K
-from loopdyn import mechanisms
+from loopdyn import mechanisms, tree
 
 TURN_Y = np.array([[0.0, 0, 1], [0, 1, 0], [-1, 0, 0]])  # +90 degrees about y
 
@@ -181,10 +181,12 @@ project_velocity = jax.jit(K.project_velocity, static_argnames="fixed")
 def derivatives(mech, q, qd):
     """`loop_terms` (Phi, J, J' qd), the autodiff references of J and J' qd (jacfwd of Phi, the
     JVP of ``q -> J(q) qd`` along ``qd``), and the stand-alone functions' values: Phi, J qd and
-    J' qd."""
+    J' qd, and Phi and J qd of `residuals_at` (J not formed)."""
     jac_ad, phi = jax.jacfwd(lambda x: (K.loop_residual(mech, x),) * 2, has_aux=True)(q)
     jac_qd, bias_ad = jax.jvp(lambda x: K.loop_jacobian(mech, x) @ qd, (q,), (qd,))
-    return K.loop_terms(mech, q, qd), (jac_ad, bias_ad), (phi, jac_qd, K.loop_bias(mech, q, qd))
+    measured = K.residuals_at(mech, tree.body_motion(mech, q, qd, accelerations=False))[:2]
+    alone = (phi, jac_qd, K.loop_bias(mech, q, qd), *measured)
+    return K.loop_terms(mech, q, qd), (jac_ad, bias_ad), alone
 
 
 @functools.cache
@@ -251,12 +253,13 @@ def all_derivatives(planar):
 
 
 def assert_derivatives(q, qd, terms, references, alone):
-    """J = jacfwd(Phi) and J' qd = JVP of J qd; `loop_terms` equals the stand-alone functions."""
+    """J = jacfwd(Phi) and J' qd = JVP of J qd; `loop_terms` equals the stand-alone functions
+    and `residuals_at`."""
     (phi, j, b), (j_ad, b_ad) = terms, references
     np.testing.assert_allclose(j, j_ad, rtol=0, atol=1e-10)
     np.testing.assert_allclose(b, b_ad, rtol=0, atol=1e-10)
     jac_qd = np.einsum("cmn,cn->cm", j, qd)
-    for one, other in zip((phi, jac_qd, b), alone):
+    for one, other in zip((phi, jac_qd, b, phi, jac_qd), alone):
         np.testing.assert_allclose(one, other, rtol=1e-13, atol=1e-14)
 
 
