@@ -22,7 +22,9 @@ are reported). Each later step of the work is reported the same way by ``report 
 COMMIT DATE`` into experiments/compact_programs_AFTER.md (rounds ``BEFORE_1``, ``AFTER_1``, ...;
 ``BEFORE`` at ``COMMIT``): ``report base planar de0547c 2026-12-07`` for the planar frames on
 summed angles (`loopdyn.tree._planar_motion`); ``report previous whole c7c07e4 2026-12-07`` for
-the GICM whole for one or two loops and the simulation's state as one array.
+the GICM whole for one or two loops and the simulation's state as one array; ``report previous
+gauss_jordan 7cfd6c3 2026-12-07`` for one matrix's solve by Gauss-Jordan elimination and the
+saved-state measurements without J.
 """
 
 import json
@@ -43,6 +45,9 @@ CHANGES = {  # what each reported step changed, by its ``AFTER`` label
     "between four light passes (`loopdyn.tree._planar_motion`)",
     "whole": "the GICM whole for one loop or two coupled ones (`loopdyn.forward._mode`), the "
     "simulation's state as one array (`loopdyn.simulation._joined`)",
+    "gauss_jordan": "one matrix's `dense.spd_solve` by Gauss-Jordan elimination, the kinetic "
+    "energy from the centres of mass' velocities, the saved states' J qd without forming J "
+    "(`loopdyn.kinematics.residuals_at`)",
 }
 
 
@@ -162,7 +167,7 @@ def report(before="before", after="after", commit="1df3b38", date="2026-11-28"):
     runs = {before: [], after: []}
     for path in sorted((HERE / "results").glob("compact_programs_*_*.json")):
         data = json.loads(path.read_text())
-        side = data["label"].split("_")[0]
+        side = data["label"].rsplit("_", 1)[0]  # LABEL_ROUND
         if side in runs:
             runs[side].append(data)
     median = lambda side, get: float(np.median([get(r) for r in runs[side]]))
