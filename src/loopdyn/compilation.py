@@ -67,15 +67,18 @@ by it. XLA's CPU client runs a program on the calling thread anyway where its co
 fewer than 1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978
 and the 3-RRR's 11,282 after the compact programs of 2026-11-28 (3,761 and 12,126 before), 1,612 and
 7,240 on 2026-12-07 (its sine and versine series, fused into each of their consumers, counted 306 of
-the four-bar's then). Each call also creates and releases a handle to every buffer of the program:
-123 for the four-bar's on 2026-11-27, 87 of them for the scalars of its reductions' computations. In
-a perf profile of synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one
-core). The program runs its kernels one by one: 59 for the four-bar and 104 for the 3-RRR (118 and
-215 before the compact programs of 2026-11-28, 67 and 119 before the planar frames of 2026-12-07, 58
-and 101 before the whole GICM of one or two loops; experiments/compact_programs.md,
-compact_programs_planar.md and compact_programs_whole.md, where an eager four-bar call took 59.6,
-53.4, 48.4 and then 50.0 us). The same evaluation inside a compiled loop costs 0.79 us (1.19, 0.79
-and 0.74 before).
+the four-bar's then), and the 3-RRR's 9,051 since one matrix's solve is Gauss-Jordan elimination
+(`dense.spd_solve`: XLA recomputes its steps inside each consumer's fusion; 4,062 unfused). Each
+call also creates and releases a handle to every buffer of the program: 123 for the four-bar's on
+2026-11-27, 87 of them for the scalars of its reductions' computations. In a perf profile of
+synchronous 3-RRR calls, about 30 % of the samples fell there (2026-11-27, one core). The program
+runs its kernels one by one: 59 for the four-bar and 84 for the 3-RRR (118 and 215 before the
+compact programs of 2026-11-28, 67 and 119 before the planar frames of 2026-12-07, 58 and 101
+before the whole GICM of one or two loops, the 3-RRR's 104 before Gauss-Jordan;
+experiments/compact_programs.md, compact_programs_planar.md, compact_programs_whole.md and
+compact_programs_gauss_jordan.md, where an eager four-bar call took 59.6, 53.4, 48.4, 50.0 and
+then 42.9 us, and a 3-RRR call 51.1 instead of 50.1 us in the last). The same four-bar
+evaluation inside a compiled loop costs 0.72 us (1.19, 0.79, 0.74 and 0.73 before).
 
 Single-state programs (`SINGLE_STATE`: `simulate`'s solve, eager `forward_dynamics` calls) are
 compiled with XLA's older fusion emitters (LLVM IR instead of MLIR), which compile them faster at
