@@ -27,8 +27,8 @@ while loop into one kernel instead when the loop holds no scatter and no library
 turn off the YNNPACK fusions) and touches few bytes (about a kilobyte by default, too few for any
 of loopdyn's loops). loopdyn's programs write their static-index updates without scatters
 (`placement`), so with that limit raised (`LOOP_KERNELS`) a 5 s 3-RRR `simulate` took 7.9 instead
-of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 5.3 ms,
-1.27 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). Batches run as a
+of 42 ms when loop kernels came in (two runs of benchmarks/closed_loop.py); it now takes 4.6 ms,
+1.06 us per forward-dynamics evaluation (benchmarks/results/closed_loop.md). Batches run as a
 loop over chunks of states (`chunking`), which becomes one kernel too: a batch of 3-RRR states
 took 0.47 instead of 1.60 us per state, and pinning the process stopped mattering (without loop
 kernels XLA's two pool threads hand the chunk loop's small kernels between them: 1.41 us pinned
@@ -59,9 +59,9 @@ program costs a call about 1.5 us and each read of one to the host more (an eage
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
 while Python goes on. For an eager call whose result is read at once that hand-off is a third of the
-cost: an eager four-bar ``forward_dynamics`` took 42.9 us, and 27.0 us with
+cost: an eager four-bar ``forward_dynamics`` took 44.1 us, and 28.0 us with
 ``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
-(benchmarks/results/eager.md, 2026-12-07 at 6adf45a). That setting is global and fixed when the
+(benchmarks/results/eager.md, 2026-12-07 at 580c3f1). That setting is global and fixed when the
 backend starts, so loopdyn leaves it to the user: scripts making many eager single-state calls gain
 by it. XLA's CPU client runs a program on the calling thread anyway where its cost analysis counts
 fewer than 1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978
