@@ -279,9 +279,9 @@ class _Options(NamedTuple):
 
 class _Start(NamedTuple):
     """The initial state as solved from, for the checks made after the program: ``Phi(q0)``,
-    ``J qd0``, the scale of the latter (`kinematics.residuals_at`), whether ``assemble`` converged and
-    the turns of the locked frame pairs (`kinematics.locked_turns`) and the gaps of the joints
-    reduced across loops (`kinematics.reduced_gaps`)."""
+    ``J qd0``, the scale of the latter (`kinematics.residuals_at`), whether ``assemble``
+    converged and the turns of the locked frame pairs (`kinematics.locked_turns`) and the gaps of
+    the joints reduced across loops (`kinematics.reduced_gaps`)."""
 
     phi: Float[Array, " m"]
     velocity: Float[Array, " m"]
@@ -477,11 +477,12 @@ def simulate(
     ``loopdyn.compilation.use_loop_kernels()`` before the first computation, so that XLA compiles
     it into one kernel (a 5 s 3-RRR run took 7.9 instead of 42 ms, `loopdyn.compilation`).
 
-    ``q0`` must close the loops to ``closure_tol`` and ``qd0`` satisfy ``J qd0 = 0`` to the same
-    relative tolerance, or a ``ValueError`` names the worst loop; ``assemble=True`` closes them
-    instead (independent coordinates held). A failed solve (singular configuration, NaN, too many
-    steps) returns with ``stats.result`` set, ``message`` saying when and what to do, and ``inf``
-    rows after the failure; ``throw=True`` raises ``RuntimeError`` with that message instead.
+    ``q0`` must close the loops to ``closure_tol`` and ``qd0`` satisfy ``J qd0 = 0`` to
+    ``closure_tol`` times ``1 +`` the largest speed of a cut frame, or a ``ValueError`` names the
+    worst loop; ``assemble=True`` closes them instead (independent coordinates held). A failed
+    solve (singular configuration, NaN, too many steps) returns with ``stats.result`` set,
+    ``message`` saying when and what to do, and ``inf`` rows after the failure; ``throw=True``
+    raises ``RuntimeError`` with that message instead.
     These checks need concrete values: under ``jit`` or ``vmap`` they are skipped (``throw``
     then raises at run time), and ``saveat`` times outside ``[0, t1]`` give NaN.
 
