@@ -1068,18 +1068,6 @@ class Motion(NamedTuple):
     rates: Array | None = None
 
 
-def body_twists(mech: Mechanism, motion: Motion) -> Float[Array, "... n d"]:
-    """Each body's twist in its own coordinates (as `twists`) from its `Motion` at ``(q, qd)``."""
-    to_last = lambda x, axis: jnp.moveaxis(x, axis, -1)  # the bodies as the internal batch
-    t = _motion_to_body(
-        mech.planar,
-        to_last(motion.rotation, -3),
-        to_last(motion.position, -2),
-        to_last(motion.twist, -2),
-    )
-    return jnp.swapaxes(t, -1, -2)
-
-
 def _motion(mech, params, frames, q, qd=None):
     acceleration = None if frames.rate is None else frames.rate - params.gravity[None]
     return Motion(
