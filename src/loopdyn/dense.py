@@ -404,7 +404,8 @@ def _gauss_jordan(a, b):
     8e-6; 2026-12-07)."""
     n = a.shape[-1]
     y = b[:, None] if b.ndim == 1 else b
-    m, unit, squares = jnp.concatenate([a, y.T]), np.eye(n), []
+    m, squares = jnp.concatenate([a, y.T]), []
+    unit = np.eye(n, dtype=m.dtype)
     for j in range(n):  # slices keeping both axes: no reshapes
         squares.append(m[j : j + 1, j : j + 1])
         m = m - m[:, j : j + 1] / squares[j] * (m[j : j + 1] - unit[j : j + 1])
