@@ -200,12 +200,12 @@ def _matrix(mech, step, jac):
 
 
 def _rank(matrix):
-    return _rank_of(np.linalg.svd(matrix, compute_uv=False))
+    return int(_rank_of(np.linalg.svd(matrix, compute_uv=False)))
 
 
 def _rank_of(s):
-    """The rank that singular values ``s`` give."""
-    return int(np.sum(s > _RANK_RTOL * s.max(initial=0.0)))
+    """The rank that singular values ``s`` give (NumPy or JAX arrays)."""
+    return (s > _RANK_RTOL * s.max(initial=0.0)).sum()
 
 
 @compilation.by_identity
@@ -513,9 +513,8 @@ def _ranks(mech, jac):
     change) from their singular values, and whether the latter are finite."""
     whole = jnp.concatenate([np.eye(mech.nv)[:, list(mech.actuated)], jac.T], axis=1)
     spectra = [dense.singular_values(x) if x.size else x[:0, 0] for x in (jac, whole)]
-    rank = lambda s: jnp.sum(s > _RANK_RTOL * jnp.max(s, initial=0.0))
     finite = jnp.all(jnp.isfinite(spectra[1]))
-    return jnp.stack([rank(spectra[0]), rank(spectra[1]), finite]).astype(jac.dtype)
+    return jnp.stack([_rank_of(spectra[0]), _rank_of(spectra[1]), finite]).astype(jac.dtype)
 
 
 def _evaluate(mech, q, qd, qdd, plan, spectra=False) -> _Evaluated:
