@@ -9,7 +9,9 @@ every row alike; report the ratios of this run).
 - its compiled program called directly with the mechanism as its 38 leaves, and as the entry
   point calls it: the leaves packed into one array, one flag read (`loopdyn.compilation.eager`);
 - ``jax.jit`` of a trivial function of one and of 38 arguments: JAX's dispatch floor;
-- the same program inside one compiled loop, per evaluation: the work itself.
+- the same program inside one compiled loop, per evaluation: the work itself;
+- XLA's cost-analysis flops of the entry point's program, against which XLA's CPU client decides
+  whether to hand it to another thread (under 1,000 it runs on the calling thread).
 
 Each row twice: under JAX's default asynchronous dispatch on the CPU (a compiled program runs
 on a thread of XLA's pool while Python goes on) and in a second process with
@@ -54,11 +56,41 @@ from tree_dynamics import machine, write_atomic
 LOOP = 100  # evaluations per call of the compiled loop
 
 
-def cases(name):
-    """``{label: (call, evaluations per call)}`` for mechanism ``name`` at ``q0``."""
+def state(name):
+    """Mechanism ``name`` and the state every row calls at: ``q0``, fixed rates and torques."""
     mech = getattr(mechanisms, name)()
     n = mech.nv
-    q, qd, tau = mech.q0, jnp.linspace(0.1, -0.2, n), jnp.linspace(1.0, -1.0, n)
+    return mech, mech.q0, jnp.linspace(0.1, -0.2, n), jnp.linspace(1.0, -1.0, n)
+
+
+def entry_program(mech, q, qd, tau):
+    """The program an eager ``forward_dynamics`` call runs, compiled by one call, and its
+    mechanism packed as the entry point passes it."""
+    loopdyn.forward_dynamics(mech, q, qd, tau)
+    (_, _, packed), programs = compilation._packed(mech)
+    (program,) = programs.values()
+    return program, packed
+
+
+def program_flops(name):
+    """XLA's cost-analysis flops of the entry point's program (XLA's CPU client runs a program
+    on the calling thread below 1,000): as compiled, and with XLA's fusions off (a fusion
+    recomputes the values it shares with others)."""
+    mech, q, qd, tau = state(name)
+    program, packed = entry_program(mech, q, qd, tau)
+    lowered = program.lower(packed, q, qd, tau, None, None)
+    options = compilation.supported(compilation.SINGLE_STATE)
+    flops = lambda extra: lowered.compile(compiler_options=options | extra).cost_analysis()
+    return {
+        "compiled": flops({})["flops"],
+        "unfused": flops({"xla_disable_hlo_passes": "fusion"})["flops"],
+    }
+
+
+def cases(name):
+    """``{label: (call, evaluations per call)}`` for mechanism ``name`` at ``q0``."""
+    mech, q, qd, tau = state(name)
+    n = mech.nv
     numpy = tuple(np.asarray(x) for x in (q, qd, tau))
     # a consistent motion for inverse_dynamics: the velocity projected onto the constraints,
     # the accelerations the actuators' torques give
@@ -78,9 +110,7 @@ def cases(name):
 
     jit = lambda f: jax.jit(f, compiler_options=compilation.supported(compilation.SINGLE_STATE))
     leaves_call, loop_call = jit(by_leaves), jit(loop)
-    loopdyn.forward_dynamics(mech, q, qd, tau)  # compiles the entry point's program
-    (_, _, packed), programs = compilation._packed(mech)
-    (packed_call,) = programs.values()
+    packed_call, packed = entry_program(mech, q, qd, tau)
     one, many = jax.jit(lambda x: x + 1.0), jax.jit(lambda *x: x[0] + 1.0)
     ready = lambda x: jax.block_until_ready(x)
     return {
@@ -157,6 +187,7 @@ def main():
     results |= json.loads(second.splitlines()[-1])
     info["load_average_end"] = os.getloadavg()
     raw = {"machine": info, "rounds": rounds, "calls_per_round": number, "results": results}
+    raw["program_flops"] = {name: program_flops(name) for name in ("four_bar", "three_rrr")}
     write_atomic(args.out.with_suffix(".json"), json.dumps(raw, indent=1, default=str))
     write_atomic(args.out, markdown(raw))
     print(f"wrote {args.out}")
@@ -187,6 +218,16 @@ def markdown(raw):
             for r in raw["results"].values()
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    flops = "; ".join(
+        f"{name} {f['compiled']:,.0f} ({f['unfused']:,.0f} with XLA's fusions off)"
+        for name, f in raw["program_flops"].items()
+    )
+    lines += [
+        "",
+        "XLA's cost analysis of the entry point's program, floating-point operations (XLA's CPU "
+        "client runs a program on the calling thread, without the hand-off, below 1,000; fusions "
+        f"recompute the values they share): {flops}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
