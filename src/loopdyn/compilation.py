@@ -59,9 +59,9 @@ program costs a call about 1.5 us and each read of one to the host more (an eage
 
 JAX's CPU backend dispatches asynchronously by default: a program runs on a thread of XLA's pool
 while Python goes on. For an eager call whose result is read at once that hand-off is a third of the
-cost: an eager four-bar ``forward_dynamics`` took 44.1 us, and 28.0 us with
+cost: an eager four-bar ``forward_dynamics`` took 44.0 us, and 27.4 us with
 ``jax.config.update("jax_cpu_enable_async_dispatch", False)`` set before the first computation
-(benchmarks/results/eager.md, 2026-12-07 at 580c3f1). That setting is global and fixed when the
+(benchmarks/results/eager.md, 2026-12-07 at 5b3b36a). That setting is global and fixed when the
 backend starts, so loopdyn leaves it to the user: scripts making many eager single-state calls gain
 by it. XLA's CPU client runs a program on the calling thread anyway where its cost analysis counts
 fewer than 1,000 floating-point operations; the four-bar's forward-dynamics program counted 2,978
